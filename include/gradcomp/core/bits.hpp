@@ -1,0 +1,36 @@
+#pragma once
+// Bit reinterpretation of floats, usable on host and device.
+
+#include <cstdint>
+#include <cstring>
+
+#include "config.hpp"
+
+namespace gradcomp {
+
+GRADCOMP_HD inline std::uint32_t float_bits(float x) {
+#if GRADCOMP_DEVICE_CODE
+  return __float_as_uint(x);
+#else
+  std::uint32_t u;
+  std::memcpy(&u, &x, sizeof u);
+  return u;
+#endif
+}
+
+GRADCOMP_HD inline float bits_float(std::uint32_t u) {
+#if GRADCOMP_DEVICE_CODE
+  return __uint_as_float(u);
+#else
+  float x;
+  std::memcpy(&x, &u, sizeof x);
+  return x;
+#endif
+}
+
+// |x| as an unsigned key whose integer order is the order of |x| (NaN above +inf).
+GRADCOMP_HD inline std::uint32_t abs_key(float x) { return float_bits(x) & 0x7fffffffu; }
+
+GRADCOMP_HD inline bool is_finite_bits(std::uint32_t u) { return (u & 0x7f800000u) != 0x7f800000u; }
+
+}  // namespace gradcomp

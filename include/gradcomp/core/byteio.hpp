@@ -1,0 +1,65 @@
+#pragma once
+// Little-endian loads and stores into byte buffers, and bit packing of small codes.
+// gradcomp's wire format is little-endian; the library supports little-endian hosts only.
+
+#include <bit>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <span>
+
+#include "config.hpp"
+
+namespace gradcomp {
+
+static_assert(std::endian::native == std::endian::little, "gradcomp supports little-endian hosts only");
+
+template <class T>
+GRADCOMP_HD inline void store_le(std::byte* p, T v) {
+  std::memcpy(p, &v, sizeof(T));
+}
+
+template <class T>
+GRADCOMP_HD inline T load_le(const std::byte* p) {
+  T v;
+  std::memcpy(&v, p, sizeof(T));
+  return v;
+}
+
+GRADCOMP_HD constexpr std::size_t align8(std::size_t n) { return (n + 7u) & ~std::size_t{7}; }
+
+// Codes of `bits` bits (1..32) packed LSB first: code i occupies bits [i*bits, (i+1)*bits)
+// of the byte stream.
+GRADCOMP_HD constexpr std::size_t packed_bytes(std::size_t count, unsigned bits) {
+  return (count * bits + 7u) / 8u;
+}
+
+// Writes codes[0..count) packed; the last byte's unused high bits are zero. `out` must hold
+// packed_bytes(count, bits) bytes. Host helper; backends pack in parallel by output byte.
+inline void pack_bits(std::span<const std::uint32_t> codes, unsigned bits, std::byte* out) {
+  const std::uint32_t mask = bits == 32 ? 0xffffffffu : (1u << bits) - 1u;
+  std::uint64_t acc = 0;
+  unsigned filled = 0;
+  for (std::uint32_t c : codes) {
+    acc |= static_cast<std::uint64_t>(c & mask) << filled;
+    filled += bits;
+    while (filled >= 8) {
+      *out++ = static_cast<std::byte>(acc & 0xffu);
+      acc >>= 8;
+      filled -= 8;
+    }
+  }
+  if (filled) *out = static_cast<std::byte>(acc & 0xffu);
+}
+
+// Reads code i of a stream packed by pack_bits. `in` must hold packed_bytes(i + 1, bits).
+GRADCOMP_HD inline std::uint32_t unpack_bits_at(const std::byte* in, std::size_t i, unsigned bits) {
+  const std::size_t bit = i * bits;
+  const std::size_t first = bit / 8, last = (bit + bits - 1) / 8;
+  std::uint64_t acc = 0;
+  for (std::size_t b = last + 1; b-- > first;) acc = (acc << 8) | static_cast<std::uint8_t>(in[b]);
+  acc >>= bit % 8;
+  return static_cast<std::uint32_t>(acc & (bits == 32 ? 0xffffffffull : (1ull << bits) - 1u));
+}
+
+}  // namespace gradcomp

@@ -1,0 +1,22 @@
+#pragma once
+// Host/device portability macros shared by every header.
+
+#include "version.hpp"
+
+#if defined(__CUDACC__)
+#define GRADCOMP_HD __host__ __device__
+#else
+#define GRADCOMP_HD
+#endif
+
+#if defined(__CUDA_ARCH__)
+#define GRADCOMP_DEVICE_CODE 1
+#else
+#define GRADCOMP_DEVICE_CODE 0
+#endif
+
+#if defined(_MSC_VER)
+#define GRADCOMP_FORCEINLINE __forceinline
+#else
+#define GRADCOMP_FORCEINLINE inline __attribute__((always_inline))
+#endif

@@ -1,0 +1,148 @@
+#pragma once
+// Frame format v1: one self-describing frame per compressed chunk (docs/wire-format.md).
+//
+//   header (88 bytes, little-endian) | meta | pad | indices | pad | values | pad
+//
+// Each section starts 8-byte aligned relative to the frame start, and padding bytes are zero.
+// The CRC32C covers header bytes [0, 84) followed by everything after the header.
+// parse() treats bytes as untrusted: every field is validated before a caller may use it.
+
+#include <cstddef>
+#include <cstdint>
+#include <span>
+
+#include "byteio.hpp"
+#include "crc32c.hpp"
+#include "numeric.hpp"
+#include "status.hpp"
+
+namespace gradcomp::frame {
+
+inline constexpr std::uint32_t magic = 0x52464347u;  // bytes "GCFR"
+inline constexpr std::uint16_t version = 1;
+inline constexpr std::size_t header_bytes = 88;
+inline constexpr std::size_t crc_offset = 84;
+
+enum class index_format : std::uint8_t {
+  none = 0,      // dense: value i belongs to element i
+  u32_list = 1,  // kept_count strictly ascending u32 indices
+};
+
+struct header {
+  std::uint32_t codec_id = 0;
+  dtype source_dtype = dtype::f32;
+  index_format indices = index_format::none;
+  std::uint16_t flags = 0;
+  std::uint32_t chunk_id = 0;
+  std::uint64_t step = 0;
+  std::uint64_t element_offset = 0;
+  std::uint64_t dense_count = 0;
+  std::uint64_t kept_count = 0;
+  std::uint64_t meta_bytes = 0;
+  std::uint64_t index_bytes = 0;
+  std::uint64_t value_bytes = 0;
+  std::uint32_t crc = 0;
+
+  constexpr std::size_t meta_offset() const { return header_bytes; }
+  constexpr std::size_t index_offset() const { return meta_offset() + align8(meta_bytes); }
+  constexpr std::size_t value_offset() const { return index_offset() + align8(index_bytes); }
+  constexpr std::size_t frame_bytes() const { return value_offset() + align8(value_bytes); }
+};
+
+// Writes every header field but the CRC (written by seal()).
+inline void write_header(const header& h, std::byte* out) {
+  store_le<std::uint32_t>(out + 0, magic);
+  store_le<std::uint16_t>(out + 4, version);
+  store_le<std::uint16_t>(out + 6, static_cast<std::uint16_t>(header_bytes));
+  store_le<std::uint32_t>(out + 8, h.codec_id);
+  store_le<std::uint8_t>(out + 12, static_cast<std::uint8_t>(h.source_dtype));
+  store_le<std::uint8_t>(out + 13, static_cast<std::uint8_t>(h.indices));
+  store_le<std::uint16_t>(out + 14, h.flags);
+  store_le<std::uint32_t>(out + 16, h.chunk_id);
+  store_le<std::uint32_t>(out + 20, 0);
+  store_le<std::uint64_t>(out + 24, h.step);
+  store_le<std::uint64_t>(out + 32, h.element_offset);
+  store_le<std::uint64_t>(out + 40, h.dense_count);
+  store_le<std::uint64_t>(out + 48, h.kept_count);
+  store_le<std::uint64_t>(out + 56, h.meta_bytes);
+  store_le<std::uint64_t>(out + 64, h.index_bytes);
+  store_le<std::uint64_t>(out + 72, h.value_bytes);
+  store_le<std::uint32_t>(out + 80, 0);
+  store_le<std::uint32_t>(out + crc_offset, 0);
+}
+
+// Zeroes the padding after each section of a frame whose header is written.
+inline void zero_padding(const header& h, std::byte* frame) {
+  const auto pad = [&](std::size_t offset, std::uint64_t size) {
+    for (std::size_t i = offset + size; i < align8(offset + size); ++i) frame[i] = std::byte{0};
+  };
+  pad(h.meta_offset(), h.meta_bytes);
+  pad(h.index_offset(), h.index_bytes);
+  pad(h.value_offset(), h.value_bytes);
+}
+
+// CRC32C of header bytes [0, 84) and the body; `body_crc` is crc32c of the body alone.
+inline std::uint32_t frame_crc(const std::byte* frame, std::uint32_t body_crc, std::size_t body_bytes) {
+  const std::uint32_t head = crc32c(std::span<const std::byte>(frame, crc_offset));
+  return crc32c_combine(head, body_crc, body_bytes);
+}
+
+// Computes and stores the CRC of a complete frame (header written, sections filled).
+inline void seal(std::span<std::byte> frame) {
+  const auto body = frame.subspan(header_bytes);
+  store_le<std::uint32_t>(frame.data() + crc_offset, frame_crc(frame.data(), crc32c(body), body.size()));
+}
+
+// Parses and validates the frame at the start of `bytes` (which may continue with more
+// frames). Checks, in order: length, magic, version, header size and reserved fields,
+// known dtype and index format, section sizes within `bytes`, zero padding, then the CRC
+// (when verify_crc), then kept_count <= dense_count. Semantic checks against the receiver's
+// compressor (codec, chunk plan, indices) are the compressor's job.
+inline result<header> parse(std::span<const std::byte> bytes, bool verify_crc = true) {
+  if (bytes.size() < header_bytes) return status{errc::truncated, "fewer bytes than a frame header"};
+  const std::byte* p = bytes.data();
+  if (load_le<std::uint32_t>(p) != magic) return status{errc::bad_magic, "frame does not start with GCFR"};
+  if (load_le<std::uint16_t>(p + 4) != version) return status{errc::unsupported_version, "frame version is not 1"};
+  if (load_le<std::uint16_t>(p + 6) != header_bytes) return status{errc::bad_header, "header size is not 88"};
+  if (load_le<std::uint32_t>(p + 20) != 0 || load_le<std::uint32_t>(p + 80) != 0)
+    return status{errc::bad_header, "reserved header field is not zero"};
+  header h;
+  h.codec_id = load_le<std::uint32_t>(p + 8);
+  const auto dt = load_le<std::uint8_t>(p + 12);
+  if (dt != static_cast<std::uint8_t>(dtype::f32) && dt != static_cast<std::uint8_t>(dtype::bf16))
+    return status{errc::bad_header, "unknown source dtype"};
+  h.source_dtype = static_cast<dtype>(dt);
+  const auto fmt = load_le<std::uint8_t>(p + 13);
+  if (fmt > static_cast<std::uint8_t>(index_format::u32_list)) return status{errc::bad_header, "unknown index format"};
+  h.indices = static_cast<index_format>(fmt);
+  h.flags = load_le<std::uint16_t>(p + 14);
+  if (h.flags != 0) return status{errc::bad_header, "unknown flags set"};
+  h.chunk_id = load_le<std::uint32_t>(p + 16);
+  h.step = load_le<std::uint64_t>(p + 24);
+  h.element_offset = load_le<std::uint64_t>(p + 32);
+  h.dense_count = load_le<std::uint64_t>(p + 40);
+  h.kept_count = load_le<std::uint64_t>(p + 48);
+  h.meta_bytes = load_le<std::uint64_t>(p + 56);
+  h.index_bytes = load_le<std::uint64_t>(p + 64);
+  h.value_bytes = load_le<std::uint64_t>(p + 72);
+  h.crc = load_le<std::uint32_t>(p + crc_offset);
+
+  // Section sizes are checked one at a time against what is left, so no sum can overflow.
+  std::uint64_t left = bytes.size() - header_bytes;
+  for (std::uint64_t section : {h.meta_bytes, h.index_bytes, h.value_bytes}) {
+    if (section > left || align8(section) > left) return status{errc::truncated, "section extends past the end"};
+    left -= align8(section);
+  }
+  for (std::size_t off : {h.meta_offset() + h.meta_bytes, h.index_offset() + h.index_bytes,
+                          h.value_offset() + h.value_bytes})
+    for (std::size_t i = off; i < align8(off); ++i)
+      if (p[i] != std::byte{0}) return status{errc::bad_header, "padding byte is not zero"};
+  if (verify_crc) {
+    const auto body = bytes.subspan(header_bytes, h.frame_bytes() - header_bytes);
+    if (frame_crc(p, crc32c(body), body.size()) != h.crc) return status{errc::checksum_mismatch, "frame CRC32C differs"};
+  }
+  if (h.kept_count > h.dense_count) return status{errc::count_too_large, "kept count exceeds dense count"};
+  return h;
+}
+
+}  // namespace gradcomp::frame

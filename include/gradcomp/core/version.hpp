@@ -1,0 +1,5 @@
+#pragma once
+
+#define GRADCOMP_VERSION_MAJOR 0
+#define GRADCOMP_VERSION_MINOR 1
+#define GRADCOMP_VERSION_PATCH 0

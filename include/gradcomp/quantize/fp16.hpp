@@ -1,0 +1,29 @@
+#pragma once
+// quantize::fp16: values cast to IEEE binary16, round to nearest even, subnormals kept.
+// Bound: |x - q(x)| <= 2^-11 |x| for 2^-14 <= |x| < 65520, <= 2^-25 below; |x| >= 65520
+// becomes infinity (no saturation: overflow must stay visible to loss scaling).
+// Summable (fp16 SUM).
+
+#include <cstdint>
+
+#include "../core/concepts.hpp"
+#include "../core/numeric.hpp"
+
+namespace gradcomp::quantize {
+
+struct fp16 {
+  using policy_kind = quantizer_tag;
+  struct config {};
+  using code_type = std::uint16_t;
+  static constexpr unsigned bits = 16;
+  static constexpr std::uint8_t id = 3;
+  static constexpr bool unbiased = false;
+  static constexpr bool summable = true;
+
+  static constexpr status validate(const config&) { return {}; }
+  static constexpr std::uint16_t format_param(const config&) { return 0; }
+  GRADCOMP_HD static code_type encode(const config&, float x) { return fp16_bits_from_float(x); }
+  GRADCOMP_HD static float decode(const config&, code_type c) { return float_from_fp16_bits(c); }
+};
+
+}  // namespace gradcomp::quantize

@@ -1,0 +1,21 @@
+#pragma once
+// sparsify::dense: every element is sent; the frame has no index section.
+
+#include <cstddef>
+#include <cstdint>
+
+#include "../core/concepts.hpp"
+
+namespace gradcomp::sparsify {
+
+struct dense {
+  using policy_kind = sparsifier_tag;
+  struct config {};
+  static constexpr std::uint8_t id = 1;
+  static constexpr bool is_dense = true;
+
+  static constexpr status validate(const config&) { return {}; }
+  static constexpr std::size_t kept(const config&, std::size_t n) { return n; }
+};
+
+}  // namespace gradcomp::sparsify

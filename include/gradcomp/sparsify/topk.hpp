@@ -1,0 +1,34 @@
+#pragma once
+// sparsify::topk: exact top-k by magnitude. Keeps the k = ceil(density * n) elements of a
+// chunk with the largest |x| (compared as the bits of |x|, so NaN ranks above infinity),
+// ties broken towards the lower index; indices travel ascending as u32.
+// Contraction: ||x - topk(x)||^2 <= (1 - k/n) ||x||^2.
+// Selection is a backend skeleton (cpu/topk_select.hpp: radix select, expected O(n)).
+
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+
+#include "../core/concepts.hpp"
+
+namespace gradcomp::sparsify {
+
+struct topk {
+  using policy_kind = sparsifier_tag;
+  struct config {
+    double density = 0.01;  // fraction of each chunk's elements to keep, in (0, 1]
+  };
+  static constexpr std::uint8_t id = 2;
+  static constexpr bool is_dense = false;
+
+  static status validate(const config& c) {
+    if (!(c.density > 0.0 && c.density <= 1.0)) return {errc::invalid_argument, "topk density must be in (0, 1]"};
+    return {};
+  }
+  static std::size_t kept(const config& c, std::size_t n) {
+    const auto k = static_cast<std::size_t>(std::ceil(c.density * static_cast<double>(n)));
+    return k < n ? k : n;
+  }
+};
+
+}  // namespace gradcomp::sparsify
