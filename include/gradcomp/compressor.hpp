@@ -161,14 +161,13 @@ class compressor {
     const chunk_range r = chunk<T>(grad.size(), i);
     if (!Sparsifier::is_dense && r.count > 0xffffffffu)
       return status{errc::invalid_argument, "sparse chunks hold at most 2^32 - 1 elements"};
-    frame::header h = frame_layout(Sparsifier::kept(cfg_.sparsify, r.count), r.count);
+    frame::header h = layout(Sparsifier::kept(cfg_.sparsify, r.count), r.count);
     if (frame.size() < h.frame_bytes()) return status{errc::buffer_too_small, "frame buffer smaller than max_frame_bytes()"};
     const T* g = grad.data() + r.offset;
     if (!cfg_.allow_non_finite)
       for (std::size_t j = 0; j < r.count; ++j)
         if (!is_finite_bits(float_bits(to_float(g[j])))) return status{errc::non_finite_value, "gradient holds NaN or inf"};
 
-    h.codec_id = codec_id();
     h.source_dtype = dtype_of<T>;
     h.chunk_id = static_cast<std::uint32_t>(i);
     h.step = st.step;
@@ -201,9 +200,47 @@ class compressor {
     return decode<T>(payload, out, true);
   }
 
+  // --- Pieces of frame validation shared with the CUDA backend (host and device).
+
+  // Header fields against the receiver: codec, chunk plan for a buffer of n elements, and
+  // section sizes implied by the kept count. Assumes frame::parse_header() succeeded.
+  GRADCOMP_HD static status check_frame_header(const config& c, std::uint32_t codec, const frame::header& h,
+                                               std::size_t n) {
+    if (h.codec_id != codec) return {errc::codec_mismatch, "frame codec id differs from the compressor's"};
+    const bool dense = Sparsifier::is_dense;
+    if (h.indices != (dense ? frame::index_format::none : frame::index_format::u32_list))
+      return {errc::codec_mismatch, "frame index format differs from the sparsifier's"};
+    const std::size_t element_bytes = h.source_dtype == dtype::f32 ? 4 : 2;
+    if (h.chunk_id >= Partitioner::chunk_count(c.partition, n, element_bytes))
+      return {errc::size_mismatch, "frame chunk id beyond the receiver's plan"};
+    const chunk_range r = Partitioner::chunk_at(c.partition, n, element_bytes, h.chunk_id);
+    if (r.offset != h.element_offset || r.count != h.dense_count)
+      return {errc::size_mismatch, "frame chunk differs from the receiver's plan"};
+    if (dense && h.kept_count != h.dense_count) return {errc::bad_header, "dense frame keeps fewer than all elements"};
+    // kept <= dense <= n here, so the sizes below cannot overflow.
+    const frame::header expect = frame_layout(h.kept_count, h.dense_count);
+    if (h.meta_bytes != expect.meta_bytes || h.index_bytes != expect.index_bytes || h.value_bytes != expect.value_bytes)
+      return {errc::bad_header, "section sizes do not match the kept count"};
+    return {};
+  }
+
+  // The m-th sparse index j of a chunk of `count` elements, `previous` being index m - 1.
+  GRADCOMP_HD static status check_index(std::uint32_t j, std::uint32_t previous, std::size_t m, std::uint64_t count) {
+    if (j >= count) return {errc::index_out_of_range, "sparse index >= chunk element count"};
+    if (m > 0 && j <= previous) return {errc::index_not_ascending, "sparse indices not strictly ascending"};
+    return {};
+  }
+
+  // Header (codec id and section sizes) of a frame keeping `kept` of `count` elements.
+  frame::header layout(std::size_t kept, std::size_t count) const {
+    frame::header h = frame_layout(kept, count);
+    h.codec_id = codec_id();
+    return h;
+  }
+
  private:
   // Header with the section sizes of a frame keeping `kept` of `count` elements.
-  static frame::header frame_layout(std::size_t kept, std::size_t count) {
+  GRADCOMP_HD static frame::header frame_layout(std::size_t kept, std::size_t count) {
     frame::header h;
     h.dense_count = count;
     h.kept_count = Sparsifier::is_dense ? count : kept;
@@ -272,30 +309,17 @@ class compressor {
     }
   }
 
-  // Semantic checks of a parsed frame against this compressor and a buffer of n elements.
+  // Checks a parsed frame against this compressor's config and a buffer of n elements, then
+  // its indices and (when forbidden) non-finite values.
   status check_frame(const frame::header& h, const std::byte* f, std::size_t n) const {
-    if (h.codec_id != codec_id()) return {errc::codec_mismatch, "frame codec id differs from the compressor's"};
-    const bool dense = Sparsifier::is_dense;
-    if (h.indices != (dense ? frame::index_format::none : frame::index_format::u32_list))
-      return {errc::codec_mismatch, "frame index format differs from the sparsifier's"};
-    const std::size_t element_bytes = h.source_dtype == dtype::f32 ? 4 : 2;
-    if (h.chunk_id >= Partitioner::chunk_count(cfg_.partition, n, element_bytes))
-      return {errc::size_mismatch, "frame chunk id beyond the receiver's plan"};
-    const chunk_range r = Partitioner::chunk_at(cfg_.partition, n, element_bytes, h.chunk_id);
-    if (r.offset != h.element_offset || r.count != h.dense_count)
-      return {errc::size_mismatch, "frame chunk differs from the receiver's plan"};
-    if (dense && h.kept_count != h.dense_count) return {errc::bad_header, "dense frame keeps fewer than all elements"};
-    // kept <= dense <= n here, so the products below cannot overflow.
-    const frame::header expect = frame_layout(h.kept_count, h.dense_count);
-    if (h.meta_bytes != expect.meta_bytes || h.index_bytes != expect.index_bytes || h.value_bytes != expect.value_bytes)
-      return {errc::bad_header, "section sizes do not match the kept count"};
-    if (!dense) {
+    if (auto s = check_frame_header(cfg_, codec_id(), h, n); !s) return s;
+    if constexpr (!Sparsifier::is_dense) {
       const std::byte* idx = f + h.index_offset();
+      std::uint32_t previous = 0;
       for (std::size_t m = 0; m < h.kept_count; ++m) {
         const std::uint32_t j = load_le<std::uint32_t>(idx + 4 * m);
-        if (j >= h.dense_count) return {errc::index_out_of_range, "sparse index >= chunk element count"};
-        if (m > 0 && j <= load_le<std::uint32_t>(idx + 4 * (m - 1)))
-          return {errc::index_not_ascending, "sparse indices not strictly ascending"};
+        if (auto s = check_index(j, previous, m, h.dense_count); !s) return s;
+        previous = j;
       }
     }
     if (!cfg_.allow_non_finite) {

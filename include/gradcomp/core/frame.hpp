@@ -43,10 +43,10 @@ struct header {
   std::uint64_t value_bytes = 0;
   std::uint32_t crc = 0;
 
-  constexpr std::size_t meta_offset() const { return header_bytes; }
-  constexpr std::size_t index_offset() const { return meta_offset() + align8(meta_bytes); }
-  constexpr std::size_t value_offset() const { return index_offset() + align8(index_bytes); }
-  constexpr std::size_t frame_bytes() const { return value_offset() + align8(value_bytes); }
+  GRADCOMP_HD constexpr std::size_t meta_offset() const { return header_bytes; }
+  GRADCOMP_HD constexpr std::size_t index_offset() const { return meta_offset() + align8(meta_bytes); }
+  GRADCOMP_HD constexpr std::size_t value_offset() const { return index_offset() + align8(index_bytes); }
+  GRADCOMP_HD constexpr std::size_t frame_bytes() const { return value_offset() + align8(value_bytes); }
 };
 
 // Writes every header field but the CRC (written by seal()).
@@ -93,14 +93,12 @@ inline void seal(std::span<std::byte> frame) {
   store_le<std::uint32_t>(frame.data() + crc_offset, frame_crc(frame.data(), crc32c(body), body.size()));
 }
 
-// Parses and validates the frame at the start of `bytes` (which may continue with more
-// frames). Checks, in order: length, magic, version, header size and reserved fields,
-// known dtype and index format, section sizes within `bytes`, zero padding, then the CRC
-// (when verify_crc), then kept_count <= dense_count. Semantic checks against the receiver's
-// compressor (codec, chunk plan, indices) are the compressor's job.
-inline result<header> parse(std::span<const std::byte> bytes, bool verify_crc = true) {
-  if (bytes.size() < header_bytes) return status{errc::truncated, "fewer bytes than a frame header"};
-  const std::byte* p = bytes.data();
+// Parses and validates the header of the frame at p, of which `size` bytes are readable
+// (more frames may follow). Checks, in order: length, magic, version, header size, reserved
+// fields and flags, known dtype and index format, kept_count <= dense_count, section sizes
+// within `size`, zero padding. Host and device; the CRC is checked by parse().
+GRADCOMP_HD inline result<header> parse_header(const std::byte* p, std::uint64_t size) {
+  if (size < header_bytes) return status{errc::truncated, "fewer bytes than a frame header"};
   if (load_le<std::uint32_t>(p) != magic) return status{errc::bad_magic, "frame does not start with GCFR"};
   if (load_le<std::uint16_t>(p + 4) != version) return status{errc::unsupported_version, "frame version is not 1"};
   if (load_le<std::uint16_t>(p + 6) != header_bytes) return status{errc::bad_header, "header size is not 88"};
@@ -126,22 +124,30 @@ inline result<header> parse(std::span<const std::byte> bytes, bool verify_crc = 
   h.index_bytes = load_le<std::uint64_t>(p + 64);
   h.value_bytes = load_le<std::uint64_t>(p + 72);
   h.crc = load_le<std::uint32_t>(p + crc_offset);
+  if (h.kept_count > h.dense_count) return status{errc::count_too_large, "kept count exceeds dense count"};
 
   // Section sizes are checked one at a time against what is left, so no sum can overflow.
-  std::uint64_t left = bytes.size() - header_bytes;
-  for (std::uint64_t section : {h.meta_bytes, h.index_bytes, h.value_bytes}) {
+  const std::uint64_t sections[3] = {h.meta_bytes, h.index_bytes, h.value_bytes};
+  std::uint64_t left = size - header_bytes;
+  for (std::uint64_t section : sections) {
     if (section > left || align8(section) > left) return status{errc::truncated, "section extends past the end"};
     left -= align8(section);
   }
-  for (std::size_t off : {h.meta_offset() + h.meta_bytes, h.index_offset() + h.index_bytes,
-                          h.value_offset() + h.value_bytes})
-    for (std::size_t i = off; i < align8(off); ++i)
+  const std::size_t ends[3] = {h.meta_offset() + h.meta_bytes, h.index_offset() + h.index_bytes,
+                               h.value_offset() + h.value_bytes};
+  for (std::size_t end : ends)
+    for (std::size_t i = end; i < align8(end); ++i)
       if (p[i] != std::byte{0}) return status{errc::bad_header, "padding byte is not zero"};
-  if (verify_crc) {
-    const auto body = bytes.subspan(header_bytes, h.frame_bytes() - header_bytes);
-    if (frame_crc(p, crc32c(body), body.size()) != h.crc) return status{errc::checksum_mismatch, "frame CRC32C differs"};
-  }
-  if (h.kept_count > h.dense_count) return status{errc::count_too_large, "kept count exceeds dense count"};
+  return h;
+}
+
+// parse_header() followed by the CRC check (when verify_crc) over the frame's bytes.
+inline result<header> parse(std::span<const std::byte> bytes, bool verify_crc = true) {
+  auto h = parse_header(bytes.data(), bytes.size());
+  if (!h || !verify_crc) return h;
+  const auto body = bytes.subspan(header_bytes, h->frame_bytes() - header_bytes);
+  if (frame_crc(bytes.data(), crc32c(body), body.size()) != h->crc)
+    return status{errc::checksum_mismatch, "frame CRC32C differs"};
   return h;
 }
 

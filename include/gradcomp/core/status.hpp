@@ -2,7 +2,6 @@
 // Error reporting: one code per failure kind, a static message, no exceptions on the hot path.
 
 #include <cstdint>
-#include <utility>
 
 #include "config.hpp"
 
@@ -48,14 +47,14 @@ GRADCOMP_HD constexpr const char* to_string(errc e) {
 // The outcome of a call: a code and a static string saying which check failed.
 class [[nodiscard]] status {
  public:
-  constexpr status() = default;
-  constexpr status(errc code, const char* detail) : code_(code), detail_(detail) {}
-  constexpr bool ok() const { return code_ == errc::ok; }
-  constexpr explicit operator bool() const { return ok(); }
-  constexpr errc code() const { return code_; }
+  GRADCOMP_HD constexpr status() = default;
+  GRADCOMP_HD constexpr status(errc code, const char* detail) : code_(code), detail_(detail) {}
+  GRADCOMP_HD constexpr bool ok() const { return code_ == errc::ok; }
+  GRADCOMP_HD constexpr explicit operator bool() const { return ok(); }
+  GRADCOMP_HD constexpr errc code() const { return code_; }
   // What failed, e.g. "kept count exceeds dense count"; the category is to_string(code()).
-  constexpr const char* detail() const { return detail_; }
-  friend constexpr bool operator==(const status& s, errc e) { return s.code_ == e; }
+  GRADCOMP_HD constexpr const char* detail() const { return detail_; }
+  GRADCOMP_HD friend constexpr bool operator==(const status& s, errc e) { return s.code_ == e; }
 
  private:
   errc code_ = errc::ok;
@@ -66,16 +65,16 @@ class [[nodiscard]] status {
 template <class T>
 class [[nodiscard]] result {
  public:
-  constexpr result(T value) : value_(std::move(value)) {}
-  constexpr result(status s) : status_(s) {}
-  constexpr bool ok() const { return status_.ok(); }
-  constexpr explicit operator bool() const { return ok(); }
-  constexpr const status& error() const { return status_; }
-  constexpr errc code() const { return status_.code(); }
+  GRADCOMP_HD constexpr result(T value) : value_(value) {}
+  GRADCOMP_HD constexpr result(status s) : status_(s) {}
+  GRADCOMP_HD constexpr bool ok() const { return status_.ok(); }
+  GRADCOMP_HD constexpr explicit operator bool() const { return ok(); }
+  GRADCOMP_HD constexpr const status& error() const { return status_; }
+  GRADCOMP_HD constexpr errc code() const { return status_.code(); }
   // Precondition: ok().
-  constexpr const T& value() const { return value_; }
-  constexpr const T& operator*() const { return value_; }
-  constexpr const T* operator->() const { return &value_; }
+  GRADCOMP_HD constexpr const T& value() const { return value_; }
+  GRADCOMP_HD constexpr const T& operator*() const { return value_; }
+  GRADCOMP_HD constexpr const T* operator->() const { return &value_; }
 
  private:
   T value_{};

@@ -19,14 +19,14 @@ struct chunks {
     if (c.chunk_bytes < 4) return {errc::invalid_argument, "chunk_bytes must hold at least one element"};
     return {};
   }
-  static constexpr std::size_t elements_per_chunk(const config& c, std::size_t element_bytes) {
+  GRADCOMP_HD static constexpr std::size_t elements_per_chunk(const config& c, std::size_t element_bytes) {
     return c.chunk_bytes / element_bytes;
   }
-  static constexpr std::size_t chunk_count(const config& c, std::size_t n, std::size_t element_bytes) {
+  GRADCOMP_HD static constexpr std::size_t chunk_count(const config& c, std::size_t n, std::size_t element_bytes) {
     const std::size_t per = elements_per_chunk(c, element_bytes);
     return n == 0 ? 1 : (n + per - 1) / per;
   }
-  static constexpr chunk_range chunk_at(const config& c, std::size_t n, std::size_t element_bytes, std::size_t i) {
+  GRADCOMP_HD static constexpr chunk_range chunk_at(const config& c, std::size_t n, std::size_t element_bytes, std::size_t i) {
     const std::size_t per = elements_per_chunk(c, element_bytes);
     const std::size_t begin = i * per < n ? i * per : n;
     const std::size_t end = begin + per < n ? begin + per : n;

@@ -12,8 +12,8 @@ struct whole {
   struct config {};
 
   static constexpr status validate(const config&) { return {}; }
-  static constexpr std::size_t chunk_count(const config&, std::size_t, std::size_t) { return 1; }
-  static constexpr chunk_range chunk_at(const config&, std::size_t n, std::size_t, std::size_t) { return {0, n}; }
+  GRADCOMP_HD static constexpr std::size_t chunk_count(const config&, std::size_t, std::size_t) { return 1; }
+  GRADCOMP_HD static constexpr chunk_range chunk_at(const config&, std::size_t n, std::size_t, std::size_t) { return {0, n}; }
 };
 
 }  // namespace gradcomp::partition
