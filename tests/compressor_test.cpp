@@ -121,6 +121,14 @@ TEST_CASE("exact top-k equals a sort-based reference, ties to the lower index") 
     for (std::size_t i = 0; i < same_bin.size(); ++i) same_bin[i] = bits_float(0x3f800000u | ((i * 2654435761u) & 0x7fffu));
     cases.push_back({"one high bin", same_bin});
   }
+  cases.push_back({"large heavy tailed (sampled bracket)", test::heavy_tailed(300007, 12)});
+  {
+    // The strided sample sees only the large values: the bracket misleads, the fallback runs.
+    const std::size_t n = 100000, s = cpu::topk_selector::sample_size;
+    std::vector<float> fooled = test::heavy_tailed(n, 13, 1e-3f);
+    for (std::size_t j = 0; j < s; ++j) fooled[j * n / s] = 1.0f + float(j % 7);
+    cases.push_back({"sample-adversarial", fooled});
+  }
   cases.push_back({"single element", {-2.0f}});
   cases.push_back({"empty", {}});
   for (const auto& dc : cases) {

@@ -290,15 +290,16 @@ class compressor {
     const auto& qc = cfg_.quantize;
     const auto& fc = cfg_.feedback;
     cpu::topk_selector select(workspace, count, k);
-    if constexpr (Feedback::has_state) {  // x = g + e stored in e, histogram in the same pass
-      for (std::size_t j = 0; j < count; ++j) {
-        e[j] = Feedback::combine(fc, to_float(g[j]), e[j]);
-        select.count(abs_key(e[j]));
-      }
-      select.finish([e](std::size_t j) { return abs_key(e[j]); }, indices);
+    if constexpr (Feedback::has_state) {  // x = g + e is computed and stored during the scan
+      select.select([&](std::size_t j) { return abs_key(Feedback::combine(fc, to_float(g[j]), e[j])); },
+                    [&](std::size_t j) {
+                      e[j] = Feedback::combine(fc, to_float(g[j]), e[j]);
+                      return abs_key(e[j]);
+                    },
+                    [&](std::size_t j) { return abs_key(e[j]); }, indices);
     } else {
-      for (std::size_t j = 0; j < count; ++j) select.count(abs_key(to_float(g[j])));
-      select.finish([g](std::size_t j) { return abs_key(to_float(g[j])); }, indices);
+      const auto key = [&](std::size_t j) { return abs_key(to_float(g[j])); };
+      select.select(key, key, key, indices);
     }
     for (std::size_t m = 0; m < k; ++m) {
       const std::uint32_t j = load_le<std::uint32_t>(indices + 4 * m);

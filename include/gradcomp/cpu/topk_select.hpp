@@ -1,18 +1,26 @@
 #pragma once
-// CPU skeleton for exact top-k: radix select on 31-bit magnitude keys, expected O(n).
+// CPU skeleton for exact top-k over 31-bit magnitude keys (abs_key), expected O(n), one pass.
 //
-//   1. count():  a 2^16-bin histogram of key >> 15 (the caller may fuse it into its own pass,
-//                e.g. the residual update); the bin holding the k-th largest key is found.
-//   2. finish(): one pass writes the indices of keys in higher bins straight to the output
-//                and collects the (few) keys of the boundary bin; a 2^15-bin histogram of
-//                their low bits finds the exact threshold; the selected candidates are merged
-//                into the output. If the boundary bin is too big for the workspace (many
-//                equal keys), a second full pass is used instead of the candidate list.
-// Ties at the threshold go to the lower index; output indices are ascending u32.
+//   1. Bracket: a strided sample of the keys gives lo <= T <= hi around the k-th largest key T
+//      (sample order statistics with a margin of 4 standard deviations, exact when the sample
+//      is the whole chunk).
+//   2. Scan (the caller's per-element work, e.g. the residual update, is fused here): indices
+//      of keys > hi go straight to the output, keys in [lo, hi] are collected as candidates.
+//      Blocks of 16 keys with nothing >= lo (the vast majority) cost one vector compare.
+//   3. If the bracket held (fewer than k keys above hi, at least k at or above lo, candidates
+//      fit), nth_element on the candidates finishes the selection exactly. Otherwise (a sample
+//      that misrepresents the data, e.g. many equal keys) an exact radix select runs instead:
+//      a 2^16-bin histogram of key >> 15, then the low 15 bits of the boundary bin.
+// Ties at the threshold go to the lower index; output indices are ascending u32. The result
+// is a function of the keys alone, whichever path computed it.
 
+#include <algorithm>
+#include <bit>
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <functional>
 #include <span>
 
 #include "../core/byteio.hpp"
@@ -21,105 +29,174 @@ namespace gradcomp::cpu {
 
 class topk_selector {
  public:
+  static constexpr std::size_t sample_size = std::size_t{1} << 15;
   static constexpr std::size_t high_bins = std::size_t{1} << 16;
   static constexpr std::size_t low_bins = std::size_t{1} << 15;
 
-  static constexpr std::size_t candidate_capacity(std::size_t n) { return n / 64 + 1024; }
+  static constexpr std::size_t candidate_capacity(std::size_t n) { return n / 32 + 4096; }
   static constexpr std::size_t workspace_bytes(std::size_t n) {
-    return high_bins * sizeof(std::uint32_t) + 2 * candidate_capacity(n) * sizeof(std::uint32_t);
+    return high_bins * 4 + sample_size * 4 + 2 * candidate_capacity(n) * 8;
   }
 
-  // `workspace` must hold workspace_bytes(n) bytes, 4-byte aligned.
+  // `workspace` must hold workspace_bytes(n) bytes, 8-byte aligned.
   topk_selector(std::span<std::byte> workspace, std::size_t n, std::size_t k)
       : n_(n), k_(k), cap_(candidate_capacity(n)) {
-    auto* base = reinterpret_cast<std::uint32_t*>(workspace.data());
-    hist_ = base;
-    cand_index_ = base + high_bins;
-    cand_key_ = cand_index_ + cap_;
-    std::memset(hist_, 0, high_bins * sizeof(std::uint32_t));
+    auto* base = workspace.data();
+    candidates_ = reinterpret_cast<std::uint64_t*>(base);
+    hist_ = reinterpret_cast<std::uint32_t*>(base + 2 * cap_ * 8);
+    sample_ = hist_ + high_bins;
   }
 
-  void count(std::uint32_t key) { ++hist_[key >> 15]; }
-
-  // key_at(i) must return the key that was counted for element i.
-  template <class KeyAt>
-  void finish(KeyAt&& key_at, std::byte* out) {
-    if (k_ == 0) return;
-    if (k_ == n_) {
-      for (std::size_t i = 0; i < n_; ++i) store_le<std::uint32_t>(out + 4 * i, static_cast<std::uint32_t>(i));
+  // sample_key(i): key of element i without side effects (called for sampled i, any order).
+  // scan_key(i): key of element i; called exactly once per element, in index order, so the
+  //              caller may fuse per-element work into it.
+  // key_at(i):   key of element i after the scan (used only by the radix fallback).
+  template <class SampleKey, class ScanKey, class KeyAt>
+  void select(SampleKey&& sample_key, ScanKey&& scan_key, KeyAt&& key_at, std::byte* out) {
+    if (k_ == 0 || k_ == n_) {
+      for (std::size_t i = 0; i < n_; ++i) (void)scan_key(i);
+      for (std::size_t i = 0; i < k_; ++i) store_le<std::uint32_t>(out + 4 * i, static_cast<std::uint32_t>(i));
       return;
     }
-    std::size_t above = 0;  // keys in bins above the boundary bin
-    std::uint32_t bin = high_bins - 1;
-    while (above + hist_[bin] < k_) above += hist_[bin--];
-    const std::size_t need = k_ - above;  // still to take from the boundary bin, >= 1
-    if (hist_[bin] <= cap_) {
-      finish_with_candidates(key_at, out, bin, above, need);
+    bracket(sample_key);
+    scan(scan_key, out);
+    used_fallback_ = !(definite_ < k_ && definite_ + candidates_found_ >= k_ && candidates_found_ <= cap_);
+    if (used_fallback_) {
+      radix_select(key_at, out);
     } else {
-      finish_with_second_pass(key_at, out, bin, need);
+      finish_from_candidates(out);
     }
   }
 
+  // Whether the last select() needed the radix fallback (for tests and benchmarks).
+  bool used_fallback() const { return used_fallback_; }
+
  private:
-  // Finds the low 15 bits t of the threshold among `count` low-key histogram entries and how
-  // many keys equal to it are taken.
-  void find_low_threshold(std::size_t need, std::uint32_t& t, std::size_t& take_equal) const {
-    std::size_t above = 0;
-    t = low_bins - 1;
+  static std::uint64_t pack(std::uint32_t key, std::size_t i) {
+    return (std::uint64_t{key} << 32) | static_cast<std::uint32_t>(~static_cast<std::uint32_t>(i));
+  }
+  static std::uint32_t index_of(std::uint64_t packed) { return ~static_cast<std::uint32_t>(packed); }
+
+  template <class SampleKey>
+  void bracket(SampleKey& sample_key) {
+    const std::size_t s = std::min(n_, sample_size);
+    for (std::size_t j = 0; j < s; ++j) sample_[j] = sample_key(j * n_ / s);
+    long hi_rank, lo_rank;  // 0-based ranks in descending order within the sample
+    if (s == n_) {
+      hi_rank = lo_rank = static_cast<long>(k_) - 1;
+    } else {
+      const double r = static_cast<double>(k_) * static_cast<double>(s) / static_cast<double>(n_) - 1.0;
+      const double margin = 4.0 * std::sqrt(r + 1.0) + 8.0;
+      hi_rank = static_cast<long>(std::floor(r - margin));
+      lo_rank = static_cast<long>(std::ceil(r + margin));
+    }
+    lo_ = 0;
+    hi_ = 0xffffffffu;  // above every key: nothing is definite
+    const long last = static_cast<long>(s) - 1;
+    if (lo_rank <= last) {
+      std::nth_element(sample_, sample_ + lo_rank, sample_ + s, std::greater<>());
+      lo_ = sample_[lo_rank];
+    } else {
+      lo_rank = last + 1;
+    }
+    if (hi_rank >= 0) {
+      std::nth_element(sample_, sample_ + hi_rank, sample_ + lo_rank, std::greater<>());
+      hi_ = sample_[hi_rank];
+    }
+  }
+
+  template <class ScanKey>
+  void scan(ScanKey& scan_key, std::byte* out) {
+    constexpr std::size_t block = 16;
+    std::size_t definite = 0, found = 0;
+    const std::uint32_t lo = lo_, hi = hi_;
+    const auto classify = [&](std::uint32_t key, std::size_t i) {
+      if (key > hi) {
+        if (definite < k_) store_le<std::uint32_t>(out + 4 * definite, static_cast<std::uint32_t>(i));
+        ++definite;
+      } else if (key >= lo) {
+        if (found < cap_) candidates_[found] = pack(key, i);
+        ++found;
+      }
+    };
+    // Keys are produced a tile at a time (a plain map the compiler vectorises, fused with the
+    // caller's work), then tested 16 at a time; only blocks holding a key >= lo go scalar.
+    constexpr std::size_t tile = 512;
+    std::uint32_t keys[tile];
+    const std::size_t full = n_ - n_ % tile;
+    for (std::size_t i0 = 0; i0 < full; i0 += tile) {
+      for (std::size_t j = 0; j < tile; ++j) keys[j] = scan_key(i0 + j);
+      for (std::size_t b = 0; b < tile; b += block) {
+        std::uint32_t max_key = 0;
+        for (std::size_t j = 0; j < block; ++j) max_key = std::max(max_key, keys[b + j]);
+        if (max_key < lo) continue;
+        std::uint32_t hits = 0;
+        for (std::size_t j = 0; j < block; ++j) hits |= std::uint32_t{keys[b + j] >= lo} << j;
+        for (; hits; hits &= hits - 1) {
+          const auto j = b + static_cast<std::size_t>(std::countr_zero(hits));
+          classify(keys[j], i0 + j);
+        }
+      }
+    }
+    for (std::size_t i = full; i < n_; ++i) classify(scan_key(i), i);
+    definite_ = definite;
+    candidates_found_ = found;
+  }
+
+  // Takes the k - definite largest candidates (found on a copy, so the candidates stay in
+  // index order) and merges their indices into the output.
+  void finish_from_candidates(std::byte* out) {
+    const std::size_t need = k_ - definite_, found = candidates_found_;
+    std::uint64_t* order = candidates_ + cap_;
+    std::copy(candidates_, candidates_ + found, order);
+    std::nth_element(order, order + (need - 1), order + found, std::greater<>());
+    const std::uint64_t cut = order[need - 1];
+    auto* chosen = reinterpret_cast<std::uint32_t*>(order);
+    std::size_t taken = 0;
+    for (std::size_t j = 0; j < found; ++j)
+      if (candidates_[j] >= cut) chosen[taken++] = index_of(candidates_[j]);
+    merge_from_back(out, definite_, chosen, need);
+  }
+
+  // out[0, a) and sorted extra[0, b) become the sorted out[0, a + b).
+  static void merge_from_back(std::byte* out, std::size_t a, const std::uint32_t* extra, std::size_t b) {
+    std::size_t w = a + b;
+    while (b > 0) {
+      const std::uint32_t from_out = a > 0 ? load_le<std::uint32_t>(out + 4 * (a - 1)) : 0;
+      if (a > 0 && from_out > extra[b - 1]) {
+        store_le<std::uint32_t>(out + 4 * --w, from_out);
+        --a;
+      } else {
+        store_le<std::uint32_t>(out + 4 * --w, extra[--b]);
+      }
+    }
+  }
+
+  // Finds t such that the `need` largest of the counted keys are those > t plus the first
+  // take_equal equal to t, scanning `bins` histogram bins from the top.
+  void threshold_in(std::size_t bins, std::size_t need, std::uint32_t& t, std::size_t& above, std::size_t& take_equal) const {
+    above = 0;
+    t = static_cast<std::uint32_t>(bins - 1);
     while (above + hist_[t] < need) above += hist_[t--];
     take_equal = need - above;
   }
 
   template <class KeyAt>
-  void finish_with_candidates(KeyAt& key_at, std::byte* out, std::uint32_t bin, std::size_t above, std::size_t need) {
-    std::size_t definite = 0, candidates = 0;
-    for (std::size_t i = 0; i < n_; ++i) {
-      const std::uint32_t key = key_at(i);
-      const std::uint32_t high = key >> 15;
-      if (high > bin) {
-        store_le<std::uint32_t>(out + 4 * definite++, static_cast<std::uint32_t>(i));
-      } else if (high == bin) {
-        cand_index_[candidates] = static_cast<std::uint32_t>(i);
-        cand_key_[candidates++] = key & 0x7fffu;
-      }
-    }
-    std::memset(hist_, 0, low_bins * sizeof(std::uint32_t));
-    for (std::size_t j = 0; j < candidates; ++j) ++hist_[cand_key_[j]];
-    std::uint32_t t;
-    std::size_t take_equal;
-    find_low_threshold(need, t, take_equal);
-    std::size_t selected = 0;  // compact the chosen candidates in place, index order kept
-    for (std::size_t j = 0; j < candidates; ++j) {
-      const std::uint32_t low = cand_key_[j];
-      if (low > t || (low == t && take_equal > 0)) {
-        take_equal -= (low == t);
-        cand_index_[selected++] = cand_index_[j];
-      }
-    }
-    // Merge out[0, definite) with the selected candidates into out[0, k), from the back.
-    std::size_t a = definite, b = selected, w = above + need;
-    while (b > 0) {
-      const std::uint32_t from_out = a > 0 ? load_le<std::uint32_t>(out + 4 * (a - 1)) : 0;
-      if (a > 0 && from_out > cand_index_[b - 1]) {
-        store_le<std::uint32_t>(out + 4 * --w, from_out);
-        --a;
-      } else {
-        store_le<std::uint32_t>(out + 4 * --w, cand_index_[--b]);
-      }
-    }
-  }
-
-  template <class KeyAt>
-  void finish_with_second_pass(KeyAt& key_at, std::byte* out, std::uint32_t bin, std::size_t need) {
-    std::memset(hist_, 0, low_bins * sizeof(std::uint32_t));
+  void radix_select(KeyAt& key_at, std::byte* out) {
+    std::memset(hist_, 0, high_bins * 4);
+    for (std::size_t i = 0; i < n_; ++i) ++hist_[key_at(i) >> 15];
+    std::uint32_t bin;
+    std::size_t above, need_in_bin;
+    threshold_in(high_bins, k_, bin, above, need_in_bin);
+    std::memset(hist_, 0, low_bins * 4);
     for (std::size_t i = 0; i < n_; ++i) {
       const std::uint32_t key = key_at(i);
       if ((key >> 15) == bin) ++hist_[key & 0x7fffu];
     }
-    std::uint32_t t;
-    std::size_t take_equal;
-    find_low_threshold(need, t, take_equal);
-    const std::uint32_t threshold = (bin << 15) | t;
+    std::uint32_t low;
+    std::size_t above_in_bin, take_equal;
+    threshold_in(low_bins, need_in_bin, low, above_in_bin, take_equal);
+    const std::uint32_t threshold = (bin << 15) | low;
     std::size_t w = 0;
     for (std::size_t i = 0; i < n_; ++i) {
       const std::uint32_t key = key_at(i);
@@ -131,9 +208,12 @@ class topk_selector {
   }
 
   std::size_t n_, k_, cap_;
+  std::uint64_t* candidates_;
   std::uint32_t* hist_;
-  std::uint32_t* cand_index_;
-  std::uint32_t* cand_key_;
+  std::uint32_t* sample_;
+  std::uint32_t lo_ = 0, hi_ = 0;
+  std::size_t definite_ = 0, candidates_found_ = 0;
+  bool used_fallback_ = false;
 };
 
 }  // namespace gradcomp::cpu

@@ -1,0 +1,94 @@
+// The CPU top-k skeleton on its own: both of its paths give the exact answer.
+#include <gradcomp/core/bits.hpp>
+#include <gradcomp/cpu/topk_select.hpp>
+
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <numeric>
+#include <vector>
+
+#include "support/random.hpp"
+
+using namespace gradcomp;
+
+namespace {
+
+std::vector<std::uint32_t> reference(const std::vector<std::uint32_t>& keys, std::size_t k) {
+  std::vector<std::uint32_t> idx(keys.size());
+  std::iota(idx.begin(), idx.end(), 0u);
+  std::stable_sort(idx.begin(), idx.end(), [&](std::uint32_t a, std::uint32_t b) { return keys[a] > keys[b]; });
+  idx.resize(k);
+  std::sort(idx.begin(), idx.end());
+  return idx;
+}
+
+struct outcome {
+  std::vector<std::uint32_t> indices;
+  bool fallback;
+  std::size_t scanned;
+};
+
+outcome run(const std::vector<std::uint32_t>& keys, std::size_t k) {
+  const std::size_t n = keys.size();
+  std::vector<std::uint64_t> ws(cpu::topk_selector::workspace_bytes(n) / 8 + 1);
+  std::vector<std::byte> out(4 * k + 4);
+  cpu::topk_selector sel(std::as_writable_bytes(std::span(ws)), n, k);
+  std::size_t scanned = 0, expect_next = 0;
+  bool in_order = true;
+  const auto key = [&](std::size_t i) { return keys[i]; };
+  sel.select(key,
+             [&](std::size_t i) {
+               in_order &= i == expect_next++;
+               ++scanned;
+               return keys[i];
+             },
+             key, out.data());
+  CHECK(in_order);
+  std::vector<std::uint32_t> idx(k);
+  for (std::size_t m = 0; m < k; ++m) idx[m] = load_le<std::uint32_t>(out.data() + 4 * m);
+  return {idx, sel.used_fallback(), scanned};
+}
+
+std::vector<std::uint32_t> keys_of(const std::vector<float>& x) {
+  std::vector<std::uint32_t> keys(x.size());
+  for (std::size_t i = 0; i < x.size(); ++i) keys[i] = abs_key(x[i]);
+  return keys;
+}
+
+}  // namespace
+
+TEST_CASE("sampled bracket path on typical data, exact, each element scanned once in order") {
+  const auto keys = keys_of(test::heavy_tailed(1 << 20, 21));
+  for (std::size_t k : {1u, 100u, 1000u, 10486u, 104858u, 524288u}) {
+    CAPTURE(k);
+    const auto r = run(keys, k);
+    CHECK(!r.fallback);
+    CHECK(r.scanned == keys.size());
+    CHECK(r.indices == reference(keys, k));
+  }
+}
+
+TEST_CASE("radix fallback when the sample misleads or ties crowd the bracket") {
+  std::vector<std::uint32_t> equal(200000, 0x3f800000u);
+  auto r = run(equal, 5000);
+  CHECK(r.fallback);
+  CHECK(r.indices == reference(equal, 5000));
+
+  const std::size_t n = 200000, s = cpu::topk_selector::sample_size;
+  auto fooled = keys_of(test::heavy_tailed(n, 22, 1e-3f));
+  for (std::size_t j = 0; j < s; ++j) fooled[j * n / s] = 0x3f800000u + static_cast<std::uint32_t>(j);
+  for (std::size_t k : {100u, 40000u}) {
+    r = run(fooled, k);
+    CHECK(r.indices == reference(fooled, k));
+  }
+  CHECK(run(fooled, 100).fallback);
+}
+
+TEST_CASE("k = 0 and k = n still scan every element") {
+  const auto keys = keys_of(test::heavy_tailed(1000, 23));
+  CHECK(run(keys, 0).scanned == 1000);
+  const auto all = run(keys, 1000);
+  CHECK(all.scanned == 1000);
+  CHECK(all.indices == reference(keys, 1000));
+}
