@@ -23,6 +23,7 @@
 #include "core/frame.hpp"
 #include "core/numeric.hpp"
 #include "core/status.hpp"
+#include "cpu/stream.hpp"
 #include "cpu/topk_select.hpp"
 #include "state.hpp"
 
@@ -174,14 +175,17 @@ class compressor {
     h.element_offset = r.offset;
     std::byte* out = frame.data();
     float* e = Feedback::has_state ? st.residual.data() + r.offset : nullptr;
-    if constexpr (Sparsifier::is_dense) {
-      encode_dense(g, e, r.count, out + h.value_offset());
-    } else {
-      encode_topk(g, e, r.count, h.kept_count, st.workspace, out + h.index_offset(), out + h.value_offset());
-    }
     frame::write_header(h, out);
     frame::zero_padding(h, out);
-    frame::seal(frame.first(h.frame_bytes()));
+    if constexpr (Sparsifier::is_dense) {  // the body is the values: checksummed as they are written
+      std::uint32_t body_crc = encode_dense(g, e, r.count, out + h.value_offset());
+      const std::size_t end = h.value_offset() + h.value_bytes;
+      body_crc = crc32c(std::span<const std::byte>(out + end, align8(end) - end), body_crc);
+      frame::seal(frame.first(h.frame_bytes()), body_crc);
+    } else {
+      encode_topk(g, e, r.count, h.kept_count, st.workspace, out + h.index_offset(), out + h.value_offset());
+      frame::seal(frame.first(h.frame_bytes()));
+    }
     return h.frame_bytes();
   }
 
@@ -268,19 +272,24 @@ class compressor {
     return load_le<code_type>(values + j * sizeof(code_type));
   }
 
+  // Returns the CRC32C of the value bytes written.
   template <class T>
-  void encode_dense(const T* g, float* e, std::size_t count, std::byte* values) const {
+  std::uint32_t encode_dense(const T* g, float* e, std::size_t count, std::byte* values) const {
     const auto& qc = cfg_.quantize;
     const auto& fc = cfg_.feedback;
     if constexpr (Feedback::has_state) {
-      for (std::size_t j = 0; j < count; ++j) {
-        const float x = Feedback::combine(fc, to_float(g[j]), e[j]);
-        const code_type c = Quantizer::encode(qc, x);
-        store_code(values, j, c);
-        e[j] = Feedback::remainder(fc, x, Quantizer::decode(qc, c));
-      }
+      return cpu::write_codes<code_type>(
+          count,
+          [&](std::size_t j) {
+            const float x = Feedback::combine(fc, to_float(g[j]), e[j]);
+            const code_type c = Quantizer::encode(qc, x);
+            e[j] = Feedback::remainder(fc, x, Quantizer::decode(qc, c));
+            return c;
+          },
+          values, 0);
     } else {
-      for (std::size_t j = 0; j < count; ++j) store_code(values, j, Quantizer::encode(qc, to_float(g[j])));
+      return cpu::write_codes<code_type>(count, [&](std::size_t j) { return Quantizer::encode(qc, to_float(g[j])); },
+                                         values, 0);
     }
   }
 

@@ -87,11 +87,12 @@ inline std::uint32_t frame_crc(const std::byte* frame, std::uint32_t body_crc, s
   return crc32c_combine(head, body_crc, body_bytes);
 }
 
-// Computes and stores the CRC of a complete frame (header written, sections filled).
-inline void seal(std::span<std::byte> frame) {
-  const auto body = frame.subspan(header_bytes);
-  store_le<std::uint32_t>(frame.data() + crc_offset, frame_crc(frame.data(), crc32c(body), body.size()));
+// Stores the CRC of a complete frame (header written, sections and padding filled), given
+// the CRC32C of its body (everything after the header) when the writer already has it.
+inline void seal(std::span<std::byte> frame, std::uint32_t body_crc) {
+  store_le<std::uint32_t>(frame.data() + crc_offset, frame_crc(frame.data(), body_crc, frame.size() - header_bytes));
 }
+inline void seal(std::span<std::byte> frame) { seal(frame, crc32c(frame.subspan(header_bytes))); }
 
 // Parses and validates the header of the frame at p, of which `size` bytes are readable
 // (more frames may follow). Checks, in order: length, magic, version, header size, reserved
