@@ -1,0 +1,71 @@
+// libFuzzer target: decoding untrusted payloads. Whatever the bytes, decompress and accumulate
+// must return (no crash, hang, or out-of-bounds access under ASan/UBSan) and, on error,
+// leave the output exactly as it was.
+//
+// Input: byte 0 picks the compressor, byte 1 the options (bit 0: bf16 output, bit 1: reject
+// non-finite values, bit 2: re-seal CRCs first so mutations reach the checks behind the
+// checksum), bytes 2..3 the output length (little-endian u16), the rest is the payload.
+
+#include <gradcomp/gradcomp.hpp>
+
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <vector>
+
+using namespace gradcomp;
+
+namespace {
+
+// CRC-fixes each frame whose header parses, so the fuzzer is not stopped by the checksum.
+void reseal(std::vector<std::byte>& payload) {
+  for (std::size_t at = 0; at < payload.size();) {
+    const auto h = frame::parse_header(payload.data() + at, payload.size() - at);
+    if (!h) return;
+    frame::seal(std::span(payload).subspan(at, h->frame_bytes()));
+    at += h->frame_bytes();
+  }
+}
+
+template <class T, class C>
+void decode_both(const C& comp, std::span<const std::byte> payload, std::size_t n) {
+  std::vector<T> out(n);
+  for (std::size_t i = 0; i < n; ++i) out[i] = from_float<T>(static_cast<float>(i % 7) - 3.0f);
+  const std::vector<T> before = out;
+  if (!comp.template decompress<T>(payload, std::span(out)).ok() &&
+      std::memcmp(out.data(), before.data(), n * sizeof(T)) != 0)
+    std::abort();
+  const std::vector<T> after_decompress = out;
+  if (!comp.template accumulate<T>(payload, std::span(out)).ok() &&
+      std::memcmp(out.data(), after_decompress.data(), n * sizeof(T)) != 0)
+    std::abort();
+}
+
+template <class C>
+void run(typename C::config cfg, std::uint8_t options, std::span<const std::byte> payload, std::size_t n) {
+  cfg.allow_non_finite = !(options & 2);
+  const C comp(cfg);
+  if (options & 1) {
+    decode_both<bf16_t>(comp, payload, n);
+  } else {
+    decode_both<float>(comp, payload, n);
+  }
+}
+
+}  // namespace
+
+extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
+  if (size < 4) return 0;
+  const std::uint8_t which = data[0], options = data[1];
+  const std::size_t n = data[2] | (std::size_t{data[3]} << 8);
+  std::vector<std::byte> payload(reinterpret_cast<const std::byte*>(data + 4), reinterpret_cast<const std::byte*>(data + size));
+  if (options & 4) reseal(payload);
+  switch (which % 5) {
+    case 0: run<compressor<partition::whole, sparsify::topk, quantize::bf16, feedback::none>>({.sparsify = {.density = 0.4}}, options, payload, n); break;
+    case 1: run<compressor<partition::chunks, sparsify::dense, quantize::fp16, feedback::none>>({.partition = {.chunk_bytes = 6}}, options, payload, n); break;
+    case 2: run<compressor<partition::chunks, sparsify::topk, quantize::none, feedback::residual>>({.partition = {.chunk_bytes = 400}}, options, payload, n); break;
+    case 3: run<compressor<partition::whole, sparsify::dense, quantize::bf16, feedback::none>>({}, options, payload, n); break;
+    default: run<compressor<partition::whole, sparsify::dense, quantize::none, feedback::none>>({}, options, payload, n); break;
+  }
+  return 0;
+}
