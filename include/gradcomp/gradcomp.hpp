@@ -10,6 +10,7 @@
 #include "core/murmur3.hpp"
 #include "core/numeric.hpp"
 #include "core/philox.hpp"
+#include "core/reduce.hpp"
 #include "core/status.hpp"
 #include "core/version.hpp"
 #include "compressor.hpp"

@@ -50,7 +50,7 @@ struct header {
 };
 
 // Writes every header field but the CRC (written by seal()).
-inline void write_header(const header& h, std::byte* out) {
+GRADCOMP_HD inline void write_header(const header& h, std::byte* out) {
   store_le<std::uint32_t>(out + 0, magic);
   store_le<std::uint16_t>(out + 4, version);
   store_le<std::uint16_t>(out + 6, static_cast<std::uint16_t>(header_bytes));

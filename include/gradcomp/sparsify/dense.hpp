@@ -15,7 +15,7 @@ struct dense {
   static constexpr bool is_dense = true;
 
   static constexpr status validate(const config&) { return {}; }
-  static constexpr std::size_t kept(const config&, std::size_t n) { return n; }
+  GRADCOMP_HD static constexpr std::size_t kept(const config&, std::size_t n) { return n; }
 };
 
 }  // namespace gradcomp::sparsify
