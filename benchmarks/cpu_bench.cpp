@@ -1,0 +1,436 @@
+// gradcomp CPU benchmarks (Google Benchmark), DESIGN.md section 6.
+//
+// Every benchmark reports, beside Google Benchmark's time columns:
+//   bytes_per_second  effective bandwidth: the bytes the operation must read plus the bytes it
+//                     must write, each counted once, per second (each benchmark below states
+//                     what it counts). Extra passes an implementation chooses to make (the
+//                     top-k sample and scan, the CRC32C pass, frame validation) are not
+//                     counted: they are its cost. Binary units (G/s = GiB/s).
+//   memcpy_bps        effective bandwidth of memcpy of the same dense input (the fp32 gradient,
+//                     4n bytes), counted as 2 x 4n bytes (read + write) per copy, measured in
+//                     the same process, interleaved with the benchmark: every iteration first
+//                     copies the input twice and times the second (warm) copy, then runs the
+//                     operation, so both see the same machine load.
+//   vs_memcpy         bytes_per_second / memcpy_bps.
+//   ratio             compression ratio: dense fp32 input bytes / payload bytes (frame header
+//                     and padding included). The top-k selection rows, which produce indices
+//                     only, report 4n / 4k.
+// The top-k rows also report
+//   speedup_vs_nth_element  time of the std::nth_element baseline (below) at the same n and
+//                     density / our time; the baseline is run interleaved too, timed apart.
+//
+// Counters use the MEDIAN time per call of each measured operation (the build machines are
+// shared; a mean is dominated by preemptions). Google Benchmark's Time column is the mean time
+// of the benchmarked call (wall clock, manual timing); its CPU column also includes the
+// interleaved memcpy and baseline runs: ignore it.
+//
+// All gradcomp benchmarks use partition::whole (one frame, one global top-k) so that they are
+// comparable with the global nth_element baseline; n = 1e6 (4 MB, L3-resident on most
+// servers) and n = 1e7 (40 MB, DRAM-bound). Inputs are fixed-seed Student-t (3 dof) values.
+//
+// The console output is tabular by default (--benchmark_counters_tabular=true); pass
+// --benchmark_counters_tabular=false for name=value counters.
+
+#include <benchmark/benchmark.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <functional>
+#include <map>
+#include <span>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <gradcomp/gradcomp.hpp>
+
+namespace {
+
+using clock_type = std::chrono::steady_clock;
+namespace gc = gradcomp;
+
+double seconds_since(clock_type::time_point t0) {
+  return std::chrono::duration<double>(clock_type::now() - t0).count();
+}
+
+// ---------------------------------------------------------------------------------------------
+// Inputs: Student-t with 3 degrees of freedom, t = z / sqrt((z1^2 + z2^2 + z3^2) / 3), from a
+// splitmix64 stream and Box-Muller (not the standard library's distributions, whose output
+// differs between implementations).
+// ---------------------------------------------------------------------------------------------
+class rng {
+ public:
+  explicit rng(std::uint64_t seed) : s_(seed) {}
+  std::uint64_t next() {
+    std::uint64_t z = (s_ += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+  }
+  double uniform_open() {  // (0, 1)
+    return (static_cast<double>(next() >> 11) + 0.5) * 0x1.0p-53;
+  }
+  std::pair<double, double> normal_pair() {
+    const double r = std::sqrt(-2.0 * std::log(uniform_open()));
+    const double a = 6.283185307179586 * uniform_open();
+    return {r * std::cos(a), r * std::sin(a)};
+  }
+
+ private:
+  std::uint64_t s_;
+};
+
+const std::vector<float>& input(std::size_t n) {
+  static std::map<std::size_t, std::vector<float>> cache;
+  auto it = cache.find(n);
+  if (it != cache.end()) return it->second;
+  std::vector<float> v(n);
+  rng r(0x6772616463ull + n);
+  for (std::size_t i = 0; i < n; ++i) {
+    const auto [z, z1] = r.normal_pair();
+    const auto [z2, z3] = r.normal_pair();
+    const double chi2 = z1 * z1 + z2 * z2 + z3 * z3;
+    v[i] = static_cast<float>(1e-3 * z / std::sqrt(chi2 / 3.0));
+  }
+  return cache.emplace(n, std::move(v)).first->second;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Baseline exact top-k: keys (|x| bits << 32 | ~index) so that ties go to the lower index, as
+// in gradcomp; nth_element finds the k-th largest key; one ordered scan gathers the indices of
+// the keys >= it, ascending. Workspace allocated once, outside the timed region.
+// ---------------------------------------------------------------------------------------------
+struct nth_element_topk {
+  std::vector<std::uint64_t> keys;
+
+  static std::uint64_t packed(float x, std::size_t i) {
+    return (std::uint64_t{gc::abs_key(x)} << 32) | (0xffffffffu - static_cast<std::uint32_t>(i));
+  }
+
+  explicit nth_element_topk(std::size_t n) : keys(n, 0) {}
+
+  void run(const float* x, std::size_t n, std::size_t k, std::uint32_t* out) {
+    if (k == 0) return;
+    for (std::size_t i = 0; i < n; ++i) keys[i] = packed(x[i], i);
+    const auto kth = keys.begin() + static_cast<std::ptrdiff_t>(k - 1);
+    std::nth_element(keys.begin(), kth, keys.begin() + static_cast<std::ptrdiff_t>(n), std::greater<>());
+    const std::uint64_t t = *kth;
+    std::size_t w = 0;
+    for (std::size_t i = 0; i < n; ++i)
+      if (packed(x[i], i) >= t) out[w++] = static_cast<std::uint32_t>(i);
+  }
+};
+
+std::size_t kept(std::size_t n, double density) { return gc::sparsify::topk::kept({.density = density}, n); }
+
+// The baseline on the benchmark input, with its buffers allocated once.
+struct baseline_runner {
+  const std::vector<float>& x;
+  std::size_t k;
+  nth_element_topk base;
+  std::vector<std::uint32_t> out;
+
+  baseline_runner(std::size_t n, double density) : x(input(n)), k(kept(n, density)), base(n), out(k) {}
+  std::function<void()> function() {
+    return [this] {
+      base.run(x.data(), x.size(), k, out.data());
+      benchmark::DoNotOptimize(out.data());
+    };
+  }
+};
+
+// ---------------------------------------------------------------------------------------------
+// Shared measurement loop. Each iteration: two back-to-back memcpy of the 4n input bytes (the
+// second one timed: a warm copy, which matters where 4n fits in cache), the baseline if any
+// (timed; run only while its total time is below ours, and at least 3 times, to bound the run
+// time), then op() (timed: the benchmark's manual time). bytes_rw: bytes read + written per
+// call of op(); ratio: the compression ratio to report. The counters use the MEDIAN time per
+// call of each (the machines are shared: a mean is dominated by preemptions); Google
+// Benchmark's Time column is the mean of op() and its CPU column also covers the interleaved
+// runs.
+// ---------------------------------------------------------------------------------------------
+double median(std::vector<double> v) {
+  if (v.empty()) return 0;
+  const auto mid = v.begin() + static_cast<std::ptrdiff_t>(v.size() / 2);
+  std::nth_element(v.begin(), mid, v.end());
+  if (v.size() % 2 == 1) return *mid;
+  return 0.5 * (*mid + *std::max_element(v.begin(), mid));
+}
+
+// A counter printed as `value` per second: rate counters are divided by the benchmark's total
+// (manual) time, so it is given value x total.
+benchmark::Counter printed_rate(double value, double total_seconds) {
+  return benchmark::Counter(value * total_seconds, benchmark::Counter::kIsRate, benchmark::Counter::kIs1024);
+}
+
+template <class Op>
+void measure(benchmark::State& st, std::size_t n, double bytes_rw, double ratio, Op&& op,
+             const std::function<void()>& baseline = {}) {
+  const std::vector<float>& src = input(n);
+  std::vector<float> dst(n, 0.0f);
+  const std::size_t copy_bytes = n * sizeof(float);
+  std::memcpy(dst.data(), src.data(), copy_bytes);  // warm up
+  if (baseline) baseline();
+  std::vector<double> ours, copy, base;
+  double ours_total = 0, base_total = 0;
+  for (auto _ : st) {
+    std::memcpy(dst.data(), src.data(), copy_bytes);  // untimed: brings src and dst back into
+    benchmark::ClobberMemory();                        // cache where they fit, whatever ran before
+    auto t0 = clock_type::now();
+    std::memcpy(dst.data(), src.data(), copy_bytes);
+    benchmark::DoNotOptimize(dst.data());
+    benchmark::ClobberMemory();
+    copy.push_back(seconds_since(t0));
+    if (baseline && (base.size() < 3 || base_total < ours_total)) {
+      t0 = clock_type::now();
+      baseline();
+      benchmark::ClobberMemory();
+      base.push_back(seconds_since(t0));
+      base_total += base.back();
+    }
+    t0 = clock_type::now();
+    op();
+    benchmark::ClobberMemory();
+    const double t = seconds_since(t0);
+    st.SetIterationTime(t);
+    ours.push_back(t);
+    ours_total += t;
+  }
+  const double t_ours = median(ours), t_copy = median(copy);
+  if (t_ours <= 0 || t_copy <= 0) return;
+  const double ours_bw = bytes_rw / t_ours;
+  const double memcpy_bw = 2.0 * static_cast<double>(copy_bytes) / t_copy;
+  st.counters["bytes_per_second"] = printed_rate(ours_bw, ours_total);
+  st.counters["memcpy_bps"] = printed_rate(memcpy_bw, ours_total);
+  st.counters["vs_memcpy"] = ours_bw / memcpy_bw;
+  st.counters["ratio"] = ratio;
+  if (baseline) st.counters["speedup_vs_nth_element"] = median(base) / t_ours;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Benchmarks.
+// ---------------------------------------------------------------------------------------------
+template <class Q, class F>
+using dense_codec = gc::compressor<gc::partition::whole, gc::sparsify::dense, Q, F>;
+template <class Q, class F>
+using topk_codec = gc::compressor<gc::partition::whole, gc::sparsify::topk, Q, F>;
+
+// Dense compress, fp32 input. Bytes: read 4n (gradient), write payload; with residual
+// feedback also read 4n and write 4n (the residual).
+template <class Codec>
+void bm_compress(benchmark::State& st, std::size_t n) {
+  const Codec c{};
+  const std::vector<float>& g = input(n);
+  auto state = c.make_state(n);
+  std::vector<std::byte> payload(c.template max_payload_bytes<float>(n));
+  const auto first = c.template compress<float>(g, state, payload);
+  if (!first) {
+    st.SkipWithError(first.error().detail());
+    return;
+  }
+  const double payload_bytes = static_cast<double>(*first);
+  const double dense = 4.0 * static_cast<double>(n);
+  const double bytes_rw = dense + payload_bytes + (Codec::feedback::has_state ? 2 * dense : 0.0);
+  bool ok = true;
+  measure(st, n, bytes_rw, dense / payload_bytes, [&] {
+    const auto r = c.template compress<float>(g, state, payload);
+    ok &= r.ok();
+    benchmark::DoNotOptimize(payload.data());
+  });
+  if (!ok) st.SkipWithError("compress failed");
+}
+
+// Dense accumulate into fp32 (out += decoded). Bytes: read the payload, read 4n and write 4n
+// (the fp32 sum). The validation pass (header, CRC32C) re-reads the payload; not counted.
+template <class Codec>
+void bm_accumulate(benchmark::State& st, std::size_t n) {
+  const Codec c{};
+  const std::vector<float>& g = input(n);
+  auto state = c.make_state(n);
+  std::vector<std::byte> payload(c.template max_payload_bytes<float>(n));
+  const auto r = c.template compress<float>(g, state, payload);
+  if (!r) {
+    st.SkipWithError(r.error().detail());
+    return;
+  }
+  const std::span<const std::byte> frames(payload.data(), *r);
+  std::vector<float> sum(n, 0.0f);
+  const double payload_bytes = static_cast<double>(*r);
+  const double dense = 4.0 * static_cast<double>(n);
+  bool ok = true;
+  measure(st, n, payload_bytes + 2 * dense, dense / payload_bytes, [&] {
+    ok &= c.template accumulate<float>(frames, std::span<float>(sum)).ok();
+    benchmark::DoNotOptimize(sum.data());
+  });
+  if (!ok) st.SkipWithError("accumulate failed");
+}
+
+// Top-k compress, fp32 input, bf16 values. Bytes: read 4n, write the payload (4k indices + 2k
+// values + header); with residual feedback also read 4n and write 4n (x = g + e is written to
+// the residual, then the k sent entries are updated). The same gradient is compressed at every
+// iteration; with residual feedback the residual therefore grows where nothing is sent, as it
+// would for a persistent gradient direction.
+template <class Codec>
+void bm_topk_compress(benchmark::State& st, std::size_t n, double density) {
+  const Codec c({.sparsify = {.density = density}});
+  const std::vector<float>& g = input(n);
+  auto state = c.make_state(n);
+  std::vector<std::byte> payload(c.template max_payload_bytes<float>(n));
+  const auto first = c.template compress<float>(g, state, payload);
+  if (!first) {
+    st.SkipWithError(first.error().detail());
+    return;
+  }
+  const double payload_bytes = static_cast<double>(*first);
+  const double dense = 4.0 * static_cast<double>(n);
+  const double bytes_rw = dense + payload_bytes + (Codec::feedback::has_state ? 2 * dense : 0.0);
+  bool ok = true;
+  baseline_runner base(n, density);
+  measure(
+      st, n, bytes_rw, dense / payload_bytes,
+      [&] {
+        const auto r = c.template compress<float>(g, state, payload);
+        ok &= r.ok();
+        benchmark::DoNotOptimize(payload.data());
+      },
+      base.function());
+  if (!ok) st.SkipWithError("compress failed");
+}
+
+// gradcomp's selection skeleton alone (cpu::topk_selector::select, called as the compressor
+// calls it without feedback), which writes the k indices ascending. Bytes: read 4n, write 4k.
+// The exact same work as the baseline below (checked once: same indices). Labelled "radix
+// fallback" if the selector had to use its exact fallback instead of the sampled bracket.
+void bm_topk_select(benchmark::State& st, std::size_t n, double density) {
+  const std::vector<float>& x = input(n);
+  const std::size_t k = kept(n, density);
+  std::vector<std::uint64_t> ws((gc::cpu::topk_selector::workspace_bytes(n) + 7) / 8);
+  std::vector<std::byte> out(4 * k);
+  bool fallback = false;
+  const auto run = [&] {
+    gc::cpu::topk_selector sel(std::as_writable_bytes(std::span(ws)), n, k);
+    const auto key = [&x](std::size_t i) { return gc::abs_key(x[i]); };
+    sel.select(key, key, key, out.data());
+    fallback |= sel.used_fallback();
+  };
+  run();
+  {  // same indices as the baseline
+    nth_element_topk base(n);
+    std::vector<std::uint32_t> expect(k);
+    base.run(x.data(), n, k, expect.data());
+    if (std::memcmp(expect.data(), out.data(), 4 * k) != 0) {
+      st.SkipWithError("topk_selector and nth_element disagree");
+      return;
+    }
+  }
+  const double dense = 4.0 * static_cast<double>(n);
+  const double index_bytes = 4.0 * static_cast<double>(k);
+  baseline_runner base(n, density);
+  measure(
+      st, n, dense + index_bytes, dense / index_bytes,
+      [&] {
+        run();
+        benchmark::DoNotOptimize(out.data());
+      },
+      base.function());
+  if (fallback) st.SetLabel("radix fallback");
+}
+
+// Baseline: std::nth_element top-k (see nth_element_topk). Bytes: read 4n, write 4k.
+void bm_nth_element(benchmark::State& st, std::size_t n, double density) {
+  const std::vector<float>& x = input(n);
+  const std::size_t k = kept(n, density);
+  nth_element_topk base(n);
+  std::vector<std::uint32_t> out(k);
+  const double dense = 4.0 * static_cast<double>(n);
+  const double index_bytes = 4.0 * static_cast<double>(k);
+  measure(st, n, dense + index_bytes, dense / index_bytes, [&] {
+    base.run(x.data(), n, k, out.data());
+    benchmark::DoNotOptimize(out.data());
+  });
+  st.counters["speedup_vs_nth_element"] = 1.0;  // same columns as the other top-k rows
+}
+
+// memcpy itself into a second buffer, a sanity row: vs_memcpy is about 1 (the spread shows the
+// noise of the machine; where 4n fits in cache, the extra buffer can push it below 1). Bytes: 2 x 4n.
+void bm_memcpy(benchmark::State& st, std::size_t n) {
+  const std::vector<float>& src = input(n);
+  std::vector<float> dst(n, 0.0f);
+  const double dense = 4.0 * static_cast<double>(n);
+  measure(st, n, 2 * dense, 1.0, [&] {
+    std::memcpy(dst.data(), src.data(), src.size() * sizeof(float));
+    benchmark::DoNotOptimize(dst.data());
+  });
+}
+
+std::string size_name(std::size_t n) { return n == 1000000 ? "1e6" : n == 10000000 ? "1e7" : std::to_string(n); }
+std::string density_name(double d) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%g%%", 100.0 * d);
+  return buf;
+}
+
+template <class Fn>
+void add(const std::string& name, Fn&& fn) {
+  benchmark::RegisterBenchmark(name.c_str(), std::forward<Fn>(fn))
+      ->UseManualTime()
+      ->Unit(benchmark::kMillisecond)
+      ->MinTime(0.2);
+}
+
+void register_all() {
+  using namespace gc;
+  const std::size_t sizes[] = {1000000, 10000000};
+  const double densities[] = {0.001, 0.01, 0.1};
+  for (std::size_t n : sizes) {
+    const std::string sz = "/n:" + size_name(n);
+    add("memcpy" + sz, [n](benchmark::State& s) { bm_memcpy(s, n); });
+    add("compress/bf16" + sz,
+        [n](benchmark::State& s) { bm_compress<dense_codec<quantize::bf16, feedback::none>>(s, n); });
+    add("compress/fp16" + sz,
+        [n](benchmark::State& s) { bm_compress<dense_codec<quantize::fp16, feedback::none>>(s, n); });
+    add("compress/bf16+residual" + sz,
+        [n](benchmark::State& s) { bm_compress<dense_codec<quantize::bf16, feedback::residual>>(s, n); });
+    add("accumulate/bf16" + sz,
+        [n](benchmark::State& s) { bm_accumulate<dense_codec<quantize::bf16, feedback::none>>(s, n); });
+    add("accumulate/fp16" + sz,
+        [n](benchmark::State& s) { bm_accumulate<dense_codec<quantize::fp16, feedback::none>>(s, n); });
+  }
+  for (std::size_t n : sizes) {
+    for (double d : densities) {
+      const std::string sfx = "/d:" + density_name(d) + "/n:" + size_name(n);
+      add("nth_element_topk" + sfx, [n, d](benchmark::State& s) { bm_nth_element(s, n, d); });
+      add("topk_select" + sfx, [n, d](benchmark::State& s) { bm_topk_select(s, n, d); });
+      add("topk_compress/bf16" + sfx,
+          [n, d](benchmark::State& s) { bm_topk_compress<topk_codec<quantize::bf16, feedback::none>>(s, n, d); });
+      add("topk_compress/bf16+residual" + sfx, [n, d](benchmark::State& s) {
+        bm_topk_compress<topk_codec<quantize::bf16, feedback::residual>>(s, n, d);
+      });
+    }
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  // Tabular counters unless the caller chose otherwise.
+  std::vector<char*> args(argv, argv + argc);
+  bool tabular_given = false;
+  for (int i = 1; i < argc; ++i)
+    if (std::strncmp(argv[i], "--benchmark_counters_tabular", 28) == 0) tabular_given = true;
+  static char tabular[] = "--benchmark_counters_tabular=true";
+  if (!tabular_given) args.insert(args.begin() + 1, tabular);
+  int count = static_cast<int>(args.size());
+  args.push_back(nullptr);
+  benchmark::Initialize(&count, args.data());
+  if (benchmark::ReportUnrecognizedArguments(count, args.data())) return 1;
+  register_all();
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  return 0;
+}

@@ -1,0 +1,380 @@
+// gradcomp demo: one synthetic GPT-2 gradient, every policy composition gradcomp offers.
+//
+// Builds a gradient buffer laid out like GPT-2 small's parameters (the Hugging Face / nanoGPT
+// names and shapes), fills it with fixed-seed heavy-tailed values whose scale depends on the
+// tensor (embeddings sparse-ish, biases small), then compresses it with
+//   quantize {none (fp32), bf16, fp16} x sparsify {dense, top-k 10%, top-k 1%}
+//   x feedback {none, residual}, partition: chunks of 4 MiB,
+// and prints, per composition: compression ratio, relative L2 error of one step, for residual
+// feedback the error after 10 steps of the same gradient (sum of the decoded steps against
+// 10 g: error feedback at work), and compress / accumulate throughput against memcpy.
+//
+//   gradcomp_demo            scaled-down model (4 layers, vocab 8192; ~35M parameters)
+//   gradcomp_demo --full     real GPT-2 small (12 layers, vocab 50257; ~124M parameters)
+//   gradcomp_demo --layout   also list every tensor of the buffer
+
+#include <gradcomp/gradcomp.hpp>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <limits>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace {
+
+namespace gc = gradcomp;
+using clock_type = std::chrono::steady_clock;
+
+double seconds_since(clock_type::time_point t0) {
+  return std::chrono::duration<double>(clock_type::now() - t0).count();
+}
+
+// ---------------------------------------------------------------------------------------------
+// Model layout (GPT-2: Conv1D weights are stored [in x out]).
+// ---------------------------------------------------------------------------------------------
+struct model_shape {
+  const char* label;
+  std::size_t layers, vocab, n_ctx, d_model;
+};
+
+struct tensor {
+  std::string name;
+  std::size_t rows, cols;  // cols == 0: a vector of `rows` elements
+  std::size_t offset = 0;
+  std::size_t size() const { return cols == 0 ? rows : rows * cols; }
+  std::string shape() const {  // snprintf: g++ 12 -O3 warns (-Wrestrict) on "[" + std::string
+    char buf[48];
+    if (cols == 0) {
+      std::snprintf(buf, sizeof buf, "[%zu]", rows);
+    } else {
+      std::snprintf(buf, sizeof buf, "[%zu x %zu]", rows, cols);
+    }
+    return buf;
+  }
+};
+
+std::vector<tensor> gpt2_layout(const model_shape& m) {
+  const std::size_t d = m.d_model;
+  std::vector<tensor> t;
+  t.push_back({"transformer.wte.weight", m.vocab, d});
+  t.push_back({"transformer.wpe.weight", m.n_ctx, d});
+  for (std::size_t l = 0; l < m.layers; ++l) {
+    const std::string h = "transformer.h." + std::to_string(l) + ".";
+    t.push_back({h + "ln_1.weight", d, 0});
+    t.push_back({h + "ln_1.bias", d, 0});
+    t.push_back({h + "attn.c_attn.weight", d, 3 * d});
+    t.push_back({h + "attn.c_attn.bias", 3 * d, 0});
+    t.push_back({h + "attn.c_proj.weight", d, d});
+    t.push_back({h + "attn.c_proj.bias", d, 0});
+    t.push_back({h + "ln_2.weight", d, 0});
+    t.push_back({h + "ln_2.bias", d, 0});
+    t.push_back({h + "mlp.c_fc.weight", d, 4 * d});
+    t.push_back({h + "mlp.c_fc.bias", 4 * d, 0});
+    t.push_back({h + "mlp.c_proj.weight", 4 * d, d});
+    t.push_back({h + "mlp.c_proj.bias", d, 0});
+  }
+  t.push_back({"transformer.ln_f.weight", d, 0});
+  t.push_back({"transformer.ln_f.bias", d, 0});
+  std::size_t offset = 0;
+  for (auto& x : t) {
+    x.offset = offset;
+    offset += x.size();
+  }
+  return t;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Synthetic gradient: value = scale * z * exp(w), z and w standard normal (a normal with a
+// log-normal scale: heavy tails, as real gradients have). Each tensor has its own stream (seeded
+// from its name), so the values do not depend on the order of generation.
+// ---------------------------------------------------------------------------------------------
+class rng {
+ public:
+  explicit rng(std::uint64_t seed) : s_(seed) {}
+  std::uint64_t next() {
+    std::uint64_t z = (s_ += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+  }
+  float uniform_open() { return (static_cast<float>(next() >> 40) + 0.5f) * 0x1.0p-24f; }  // (0, 1)
+  float heavy_tailed() {  // Box-Muller pair: z * exp(w)
+    const float r = std::sqrt(-2.0f * std::log(uniform_open()));
+    const float a = 6.2831853f * uniform_open();
+    return r * std::cos(a) * std::exp(r * std::sin(a));
+  }
+
+ private:
+  std::uint64_t s_;
+};
+
+std::uint64_t name_seed(std::string_view s) {  // FNV-1a
+  std::uint64_t h = 0xcbf29ce484222325ull;
+  for (char c : s) h = (h ^ static_cast<unsigned char>(c)) * 0x100000001b3ull;
+  return h;
+}
+
+bool ends_with(std::string_view s, std::string_view suffix) {
+  return s.size() >= suffix.size() && s.substr(s.size() - suffix.size()) == suffix;
+}
+
+// Per-tensor gradient scale, and the fraction of rows that carry a gradient (token embedding:
+// only the tokens of the batch; tied to the LM head, the other rows get a much smaller one).
+float tensor_scale(const tensor& t, std::size_t layer, std::size_t layers) {
+  const float depth = 0.5f + static_cast<float>(layer + 1) / static_cast<float>(layers);  // deeper: larger
+  if (t.name.find("wte") != std::string::npos) return 2e-4f;
+  if (t.name.find("wpe") != std::string::npos) return 3e-5f;
+  if (t.name.find(".ln_") != std::string::npos || t.name.find("ln_f") != std::string::npos)
+    return (ends_with(t.name, ".bias") ? 5e-6f : 1e-5f) * depth;
+  if (ends_with(t.name, ".bias")) return 5e-6f * depth;
+  if (t.name.find("c_attn") != std::string::npos) return 4e-5f * depth;
+  if (t.name.find("mlp") != std::string::npos) return 8e-5f * depth;
+  return 6e-5f * depth;
+}
+
+std::size_t layer_of(const tensor& t) {
+  const auto p = t.name.find(".h.");
+  return p == std::string::npos ? 0 : static_cast<std::size_t>(std::strtoul(t.name.c_str() + p + 3, nullptr, 10));
+}
+
+void fill_gradient(const std::vector<tensor>& layout, std::size_t layers, std::vector<float>& g) {
+  for (const tensor& t : layout) {
+    rng r(0x5eed ^ name_seed(t.name));
+    const float scale = tensor_scale(t, layer_of(t), layers);
+    float* p = g.data() + t.offset;
+    if (t.name.find("wte") != std::string::npos) {
+      // ~20% of the vocabulary appears in the batch; the other rows get a 100x smaller gradient.
+      for (std::size_t row = 0; row < t.rows; ++row) {
+        const float s = (r.next() % 5 == 0) ? scale : scale * 0.01f;
+        for (std::size_t c = 0; c < t.cols; ++c) p[row * t.cols + c] = s * r.heavy_tailed();
+      }
+    } else {
+      for (std::size_t i = 0; i < t.size(); ++i) p[i] = scale * r.heavy_tailed();
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Running one composition.
+// ---------------------------------------------------------------------------------------------
+struct buffers {
+  std::span<const float> g;
+  std::vector<float> sum;           // decoded steps, accumulated
+  std::vector<std::byte> payload;  // sized for the largest composition (dense fp32)
+  double g_norm = 0;               // ||g||
+};
+
+struct row {
+  std::string sparsify, values, feedback;
+  double ratio = 0, err1 = 0, err10 = -1, compress_gbs = 0, accumulate_gbs = 0;
+  double memcpy_gbs = 0;  // memcpy of the gradient buffer (read + write), measured before the row
+};
+
+// ||k g - sum|| / ||k g||
+double relative_error(const buffers& b, double k) {
+  double e = 0;
+  for (std::size_t i = 0; i < b.g.size(); ++i) {
+    const double d = k * static_cast<double>(b.g[i]) - static_cast<double>(b.sum[i]);
+    e += d * d;
+  }
+  return std::sqrt(e) / (k * b.g_norm);
+}
+
+template <class Q>
+const char* value_name() {
+  if constexpr (std::is_same_v<Q, gc::quantize::none>) return "fp32";
+  if constexpr (std::is_same_v<Q, gc::quantize::bf16>) return "bf16";
+  if constexpr (std::is_same_v<Q, gc::quantize::fp16>) return "fp16";
+  return "?";
+}
+
+[[noreturn]] void fail(const char* what, const gc::status& s) {
+  std::fprintf(stderr, "gradcomp_demo: %s failed: %s (%s)\n", what, gc::to_string(s.code()), s.detail());
+  std::exit(1);
+}
+
+// Effective memcpy bandwidth of the gradient bytes (2 x 4n bytes per copy), GB/s, best of 3.
+double measure_memcpy(std::span<const float> src, std::vector<float>& dst) {
+  double best = std::numeric_limits<double>::infinity();
+  for (int i = 0; i < 3; ++i) {
+    const auto t0 = clock_type::now();
+    std::memcpy(dst.data(), src.data(), src.size_bytes());
+    best = std::min(best, seconds_since(t0));
+  }
+  volatile float sink = dst[dst.size() / 2];  // keep the copies observable
+  (void)sink;
+  return 2.0 * static_cast<double>(src.size_bytes()) / best / 1e9;
+}
+
+constexpr std::size_t chunk_bytes = std::size_t{4} << 20;
+constexpr int feedback_steps = 10;  // steps of the same gradient with residual feedback
+constexpr int plain_steps = 3;      // without feedback: steps only for timing (best of)
+
+template <class S, class Q, class F>
+row run(buffers& b, double density, const std::string& sparsify_name) {
+  using C = gc::compressor<gc::partition::chunks, S, Q, F>;
+  typename C::config cfg{};
+  cfg.partition.chunk_bytes = chunk_bytes;
+  if constexpr (!S::is_dense) cfg.sparsify.density = density;
+  const C comp(cfg);
+  if (auto s = comp.validate(); !s) fail("validate", s);
+
+  const std::size_t n = b.g.size();
+  gc::state st = comp.make_state(n);
+  const double memcpy_gbs = measure_memcpy(b.g, b.sum);  // spread over the run: the reference is the median
+  std::fill(b.sum.begin(), b.sum.end(), 0.0f);
+  const double dense_bytes = 4.0 * static_cast<double>(n);
+
+  row out{sparsify_name, value_name<Q>(), F::has_state ? "residual" : "none"};
+  out.memcpy_gbs = memcpy_gbs;
+  double best_compress = std::numeric_limits<double>::infinity();
+  double best_accumulate = best_compress;
+  double payload_bytes = 0;
+  const int steps = F::has_state ? feedback_steps : plain_steps;
+  for (int step = 0; step < steps; ++step) {
+    auto t0 = clock_type::now();
+    const auto sent = comp.template compress<float>(b.g, st, b.payload);
+    best_compress = std::min(best_compress, seconds_since(t0));
+    if (!sent) fail("compress", sent.error());
+    payload_bytes = static_cast<double>(*sent);
+
+    t0 = clock_type::now();
+    const auto s = comp.template accumulate<float>(std::span<const std::byte>(b.payload.data(), *sent), b.sum);
+    best_accumulate = std::min(best_accumulate, seconds_since(t0));
+    if (!s) fail("accumulate", s);
+    if (step == 0) out.err1 = relative_error(b, 1.0);
+  }
+  if (F::has_state) out.err10 = relative_error(b, static_cast<double>(steps));
+  out.ratio = dense_bytes / payload_bytes;
+  // Effective bandwidth: bytes the operation must read + write (as in benchmarks/cpu_bench.cpp).
+  const double residual_bytes = F::has_state ? 2 * dense_bytes : 0.0;  // residual read + written
+  out.compress_gbs = (dense_bytes + payload_bytes + residual_bytes) / best_compress / 1e9;
+  // accumulate reads the payload, and reads and writes the fp32 sum where values were sent.
+  std::size_t kept = 0;
+  for (std::size_t i = 0, c = comp.template chunk_count<float>(n); i < c; ++i)
+    kept += S::kept(cfg.sparsify, comp.template chunk<float>(n, i).count);
+  out.accumulate_gbs = (payload_bytes + 8.0 * static_cast<double>(kept)) / best_accumulate / 1e9;
+  return out;
+}
+
+template <class S>
+void run_values(buffers& b, double density, const std::string& name, std::vector<row>& rows) {
+  using namespace gc;
+  rows.push_back(run<S, quantize::none, feedback::none>(b, density, name));
+  rows.push_back(run<S, quantize::none, feedback::residual>(b, density, name));
+  rows.push_back(run<S, quantize::bf16, feedback::none>(b, density, name));
+  rows.push_back(run<S, quantize::bf16, feedback::residual>(b, density, name));
+  rows.push_back(run<S, quantize::fp16, feedback::none>(b, density, name));
+  rows.push_back(run<S, quantize::fp16, feedback::residual>(b, density, name));
+}
+
+void usage() {
+  std::puts(
+      "usage: gradcomp_demo [--full] [--layout]\n"
+      "  --full    real GPT-2 small sizes (12 layers, vocab 50257, ~124M parameters, ~2.5 GB of memory)\n"
+      "            instead of the scaled-down default (4 layers, vocab 8192, ~35M parameters)\n"
+      "  --layout  list every tensor of the gradient buffer");
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  bool full = false, show_layout = false;
+  for (int i = 1; i < argc; ++i) {
+    const std::string_view a = argv[i];
+    if (a == "--full") {
+      full = true;
+    } else if (a == "--layout") {
+      show_layout = true;
+    } else if (a == "--help" || a == "-h") {
+      usage();
+      return 0;
+    } else {
+      std::fprintf(stderr, "gradcomp_demo: unknown argument '%s'\n", argv[i]);
+      usage();
+      return 2;
+    }
+  }
+
+  const model_shape m = full ? model_shape{"GPT-2 small", 12, 50257, 1024, 768}
+                             : model_shape{"GPT-2 small, scaled down (--full for the real sizes)", 4, 8192, 1024, 768};
+  const std::vector<tensor> layout = gpt2_layout(m);
+  const std::size_t n = layout.back().offset + layout.back().size();
+
+  std::vector<float> g(n);
+  const auto t_fill = clock_type::now();
+  fill_gradient(layout, m.layers, g);
+  const double fill_s = seconds_since(t_fill);
+
+  buffers b;
+  b.g = g;
+  b.sum.assign(n, 0.0f);
+  {
+    using largest = gc::compressor<gc::partition::chunks, gc::sparsify::dense, gc::quantize::none, gc::feedback::none>;
+    b.payload.assign(largest({.partition = {.chunk_bytes = chunk_bytes}}).max_payload_bytes<float>(n), std::byte{0});
+  }
+  double norm2 = 0;
+  for (float x : g) norm2 += static_cast<double>(x) * static_cast<double>(x);
+  b.g_norm = std::sqrt(norm2);
+
+  std::printf("gradcomp %d.%d.%d demo: %s\n", GRADCOMP_VERSION_MAJOR, GRADCOMP_VERSION_MINOR, GRADCOMP_VERSION_PATCH,
+              m.label);
+  std::printf("  %zu layers, vocab %zu, n_ctx %zu, d_model %zu: %zu tensors, %zu parameters "
+              "(%.1f MB fp32, made in %.1f s)\n",
+              m.layers, m.vocab, m.n_ctx, m.d_model, layout.size(), n, 4e-6 * static_cast<double>(n), fill_s);
+  if (show_layout) {
+    for (const tensor& t : layout)
+      std::printf("    %-36s %-14s offset %10zu  scale %.0e\n", t.name.c_str(), t.shape().c_str(), t.offset,
+                  static_cast<double>(tensor_scale(t, layer_of(t), m.layers)));
+  }
+  std::printf("  partition: chunks of %zu MiB (%zu frames); running 18 compositions...\n", chunk_bytes >> 20,
+              (n * 4 + chunk_bytes - 1) / chunk_bytes);
+  std::fflush(stdout);
+
+  std::vector<row> rows;
+  const auto t_run = clock_type::now();
+  run_values<gc::sparsify::dense>(b, 1.0, "dense", rows);
+  run_values<gc::sparsify::topk>(b, 0.10, "top-k 10%", rows);
+  run_values<gc::sparsify::topk>(b, 0.01, "top-k 1%", rows);
+  const double run_s = seconds_since(t_run);
+  std::vector<double> copies;
+  for (const row& r : rows) copies.push_back(r.memcpy_gbs);
+  std::sort(copies.begin(), copies.end());
+  const double memcpy_gbs = copies[copies.size() / 2];
+  std::printf("  memcpy of the buffer: %.1f GB/s effective (read + write), median of %zu measurements "
+              "(%.1f..%.1f)\n\n",
+              memcpy_gbs, copies.size(), copies.front(), copies.back());
+
+  std::printf("%-10s %-6s %-9s %8s %12s %12s %10s %9s %10s %9s\n", "sparsify", "values", "feedback", "ratio",
+              "error 1 step", "error 10 st.", "comp GB/s", "x memcpy", "accum GB/s", "x memcpy");
+  std::printf("%s\n", std::string(102, '-').c_str());
+  std::string previous;
+  for (const row& r : rows) {
+    if (!previous.empty() && r.sparsify != previous) std::printf("\n");
+    previous = r.sparsify;
+    char err10[32] = "-";
+    if (r.err10 >= 0) std::snprintf(err10, sizeof err10, "%.3e", r.err10);
+    std::printf("%-10s %-6s %-9s %8.2f %12.3e %12s %10.2f %9.2f %10.2f %9.2f\n", r.sparsify.c_str(), r.values.c_str(),
+                r.feedback.c_str(), r.ratio, r.err1, err10, r.compress_gbs, r.compress_gbs / memcpy_gbs,
+                r.accumulate_gbs, r.accumulate_gbs / memcpy_gbs);
+  }
+  std::printf(
+      "\nratio: fp32 bytes / payload bytes (frame headers included).\n"
+      "error: ||k g - sum of k decoded steps|| / ||k g||; k = 1, and k = %d steps of the same gradient with residual\n"
+      "  feedback (the residual carries what was not sent to the next step).\n"
+      "GB/s: bytes read + written by the call per second, best of %d steps (%d with feedback). compress: gradient,\n"
+      "  payload, residual; accumulate: payload, and the fp32 sum where a value was sent (a scatter for top-k).\n"
+      "x memcpy: over the memcpy figure above (best of 3 copies before each row; median over the rows).\n"
+      "%zu compositions in %.1f s.\n",
+      feedback_steps, plain_steps, feedback_steps, rows.size(), run_s);
+  return 0;
+}
