@@ -23,6 +23,7 @@
 #include "core/frame.hpp"
 #include "core/numeric.hpp"
 #include "core/status.hpp"
+#include "cpu/dispatch.hpp"
 #include "cpu/stream.hpp"
 #include "cpu/topk_select.hpp"
 #include "state.hpp"
@@ -347,12 +348,14 @@ class compressor {
     T* region = out + h.element_offset;
     const std::byte* values = f + h.value_offset();
     if constexpr (Sparsifier::is_dense) {
-      if (add) {
-        for (std::size_t j = 0; j < h.dense_count; ++j)
-          region[j] = from_float<T>(to_float(region[j]) + Quantizer::decode(qc, load_code(values, j)));
-      } else {
-        for (std::size_t j = 0; j < h.dense_count; ++j) region[j] = from_float<T>(Quantizer::decode(qc, load_code(values, j)));
-      }
+      cpu::run_best([&]() GRADCOMP_LOOP_BODY {
+        if (add) {
+          for (std::size_t j = 0; j < h.dense_count; ++j)
+            region[j] = from_float<T>(to_float(region[j]) + Quantizer::decode(qc, load_code(values, j)));
+        } else {
+          for (std::size_t j = 0; j < h.dense_count; ++j) region[j] = from_float<T>(Quantizer::decode(qc, load_code(values, j)));
+        }
+      });
     } else {
       const std::byte* idx = f + h.index_offset();
       if (!add)

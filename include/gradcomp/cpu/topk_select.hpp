@@ -24,6 +24,7 @@
 #include <span>
 
 #include "../core/byteio.hpp"
+#include "dispatch.hpp"
 
 namespace gradcomp::cpu {
 
@@ -124,20 +125,22 @@ class topk_selector {
     constexpr std::size_t tile = 512;
     std::uint32_t keys[tile];
     const std::size_t full = n_ - n_ % tile;
-    for (std::size_t i0 = 0; i0 < full; i0 += tile) {
-      for (std::size_t j = 0; j < tile; ++j) keys[j] = scan_key(i0 + j);
-      for (std::size_t b = 0; b < tile; b += block) {
-        std::uint32_t max_key = 0;
-        for (std::size_t j = 0; j < block; ++j) max_key = std::max(max_key, keys[b + j]);
-        if (max_key < lo) continue;
-        std::uint32_t hits = 0;
-        for (std::size_t j = 0; j < block; ++j) hits |= std::uint32_t{keys[b + j] >= lo} << j;
-        for (; hits; hits &= hits - 1) {
-          const auto j = b + static_cast<std::size_t>(std::countr_zero(hits));
-          classify(keys[j], i0 + j);
+    run_best([&]() GRADCOMP_LOOP_BODY {
+      for (std::size_t i0 = 0; i0 < full; i0 += tile) {
+        for (std::size_t j = 0; j < tile; ++j) keys[j] = scan_key(i0 + j);
+        for (std::size_t b = 0; b < tile; b += block) {
+          std::uint32_t max_key = 0;
+          for (std::size_t j = 0; j < block; ++j) max_key = std::max(max_key, keys[b + j]);
+          if (max_key < lo) continue;
+          std::uint32_t hits = 0;
+          for (std::size_t j = 0; j < block; ++j) hits |= std::uint32_t{keys[b + j] >= lo} << j;
+          for (; hits; hits &= hits - 1) {
+            const auto j = b + static_cast<std::size_t>(std::countr_zero(hits));
+            classify(keys[j], i0 + j);
+          }
         }
       }
-    }
+    });
     for (std::size_t i = full; i < n_; ++i) classify(scan_key(i), i);
     definite_ = definite;
     candidates_found_ = found;

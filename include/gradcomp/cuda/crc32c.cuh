@@ -47,7 +47,9 @@ static __device__ const crc_tables device_crc_tables = make_crc_tables();
 // Raw CRC32C register update over `words` little-endian 32-bit words (no inversions).
 GRADCOMP_HD inline std::uint32_t crc_update_words(const std::uint32_t (*slice)[256], std::uint32_t crc,
                                                   const std::uint32_t* p, unsigned words) {
+#if GRADCOMP_DEVICE_CODE
 #pragma unroll 8
+#endif
   for (unsigned i = 0; i < words; ++i) {
     crc ^= p[i];
     crc = slice[3][crc & 0xffu] ^ slice[2][(crc >> 8) & 0xffu] ^ slice[1][(crc >> 16) & 0xffu] ^ slice[0][crc >> 24];

@@ -154,6 +154,8 @@ __global__ void __launch_bounds__(threads) find_kernel(std::uint64_t chunks, sel
 }
 
 // Exclusive scan of the tile counts, in place, by one block (tiles are few: n / 32768).
+// A template only so that every translation unit may define it (header-only library).
+template <int = 0>
 __global__ void __launch_bounds__(threads) scan_tiles_kernel(tile_pair* counts, std::uint64_t tiles, const control* ctl) {
   using scan = cub::BlockScan<tile_pair, threads>;
   __shared__ typename scan::TempStorage tmp;

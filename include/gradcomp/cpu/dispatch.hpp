@@ -1,0 +1,54 @@
+#pragma once
+// Hot loops are compiled twice: for the baseline ISA and for AVX2, picked at run time, so
+// users get vector code without -march flags. AVX2 enables no FMA, and the loops use integer
+// math and plain IEEE adds and multiplies, so both versions produce the same bits (tests
+// compare them).
+
+#include <atomic>
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__)) && !defined(__CUDACC__)
+#define GRADCOMP_CPU_DISPATCH 1
+// Marks the lambda handed to run_best(), so its loop is compiled inside each ISA variant.
+#define GRADCOMP_LOOP_BODY __attribute__((always_inline))
+#else
+#define GRADCOMP_CPU_DISPATCH 0
+#define GRADCOMP_LOOP_BODY
+#endif
+
+namespace gradcomp::cpu {
+
+// Whether run_best() may use AVX2 (default: when the CPU has it). Tests and benchmarks turn
+// it off to check and measure the baseline version.
+inline std::atomic<bool>& avx2_allowed() {
+  static std::atomic<bool> allowed{true};
+  return allowed;
+}
+
+#if GRADCOMP_CPU_DISPATCH
+namespace detail {
+template <class F>
+__attribute__((target("avx2"))) void run_avx2(F& f) {
+  f();
+}
+inline bool cpu_has_avx2() {
+  static const bool has = __builtin_cpu_supports("avx2");
+  return has;
+}
+}  // namespace detail
+
+template <class F>
+void run_best(F&& f) {
+  if (detail::cpu_has_avx2() && avx2_allowed().load(std::memory_order_relaxed)) {
+    detail::run_avx2(f);
+  } else {
+    f();
+  }
+}
+#else
+template <class F>
+void run_best(F&& f) {
+  f();
+}
+#endif
+
+}  // namespace gradcomp::cpu
