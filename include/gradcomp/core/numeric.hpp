@@ -22,36 +22,48 @@ GRADCOMP_HD inline float float_from_bf16_bits(std::uint16_t b) {
   return bits_float(static_cast<std::uint32_t>(b) << 16);
 }
 
+namespace detail {
+// c ? x : y as bit operations: compilers keep it branch-free, so loops of it vectorise.
+GRADCOMP_HD constexpr std::uint32_t select(bool c, std::uint32_t x, std::uint32_t y) {
+  return y ^ ((x ^ y) & (0u - static_cast<std::uint32_t>(c)));
+}
+}  // namespace detail
+
+// Every case is computed and one is selected, so loops over many values vectorise.
 GRADCOMP_HD inline std::uint16_t fp16_bits_from_float(float x) {
+  using detail::select;
   const std::uint32_t u = float_bits(x);
   const std::uint32_t sign = (u >> 16) & 0x8000u;
   const std::uint32_t a = u & 0x7fffffffu;
-  if (a > 0x7f800000u) return static_cast<std::uint16_t>(sign | 0x7e00u | ((a >> 13) & 0x3ffu));
-  if (a >= 0x477ff000u) return static_cast<std::uint16_t>(sign | 0x7c00u);  // >= 65520 rounds to inf
-  if (a >= 0x38800000u) {                                                    // normal fp16
-    const std::uint32_t r = a - 0x38000000u;                                 // rebias 127 -> 15
-    return static_cast<std::uint16_t>(sign | ((r + 0xfffu + ((r >> 13) & 1u)) >> 13));
-  }
-  if (a <= 0x33000000u) return static_cast<std::uint16_t>(sign);  // <= 2^-25 rounds to zero
-  // Subnormal fp16: value / 2^-24 rounded to nearest even; may carry into the smallest normal.
-  const std::uint32_t shift = 126u - (a >> 23);  // 14..24
+  const std::uint32_t nan = 0x7e00u | ((a >> 13) & 0x3ffu);
+  // Normal fp16: rebias the exponent (127 -> 15) and round the 13 dropped bits to even.
+  const std::uint32_t normal = (a - 0x38000000u + 0xfffu + ((a >> 13) & 1u)) >> 13;
+  // Subnormal fp16: the significand / 2^(126 - e) rounded to even (may carry into the
+  // smallest normal). The shift is clamped to [1, 31] so other inputs compute harmless values.
+  const std::uint32_t e = a >> 23;
+  const std::uint32_t shift = select(e >= 125u, 1u, select(e <= 95u, 31u, 126u - e));
   const std::uint32_t m = (a & 0x7fffffu) | 0x800000u;
   const std::uint32_t q = m >> shift;
   const std::uint32_t rem = m & ((1u << shift) - 1u);
   const std::uint32_t half = 1u << (shift - 1u);
-  const std::uint32_t up = (rem > half || (rem == half && (q & 1u))) ? 1u : 0u;
-  return static_cast<std::uint16_t>(sign | (q + up));
+  const std::uint32_t up = static_cast<std::uint32_t>(rem > half) | (static_cast<std::uint32_t>(rem == half) & q);
+  const std::uint32_t subnormal = q + (up & 1u);
+  std::uint32_t magnitude = select(a > 0x33000000u, subnormal, 0u);  // <= 2^-25 rounds to zero
+  magnitude = select(a >= 0x38800000u, normal, magnitude);
+  magnitude = select(a >= 0x477ff000u, 0x7c00u, magnitude);  // >= 65520 rounds to infinity
+  magnitude = select(a > 0x7f800000u, nan, magnitude);
+  return static_cast<std::uint16_t>(sign | magnitude);
 }
 
 GRADCOMP_HD inline float float_from_fp16_bits(std::uint16_t h) {
+  using detail::select;
   const std::uint32_t sign = (static_cast<std::uint32_t>(h) & 0x8000u) << 16;
   const std::uint32_t e = (h >> 10) & 0x1fu;
   const std::uint32_t m = h & 0x3ffu;
-  if (e == 0x1fu) return bits_float(sign | 0x7f800000u | (m << 13));
-  if (e == 0u) {  // zero or subnormal: m * 2^-24 is exact in float
-    return bits_float(sign | float_bits(static_cast<float>(m) * 5.9604644775390625e-8f));
-  }
-  return bits_float(sign | ((e + 112u) << 23) | (m << 13));
+  const std::uint32_t special = 0x7f800000u | (m << 13);
+  const std::uint32_t subnormal = float_bits(static_cast<float>(m) * 5.9604644775390625e-8f);  // m * 2^-24, exact
+  const std::uint32_t normal = ((e + 112u) << 23) | (m << 13);
+  return bits_float(sign | select(e == 0x1fu, special, select(e == 0u, subnormal, normal)));
 }
 
 // Storage types for 16-bit gradients. Plain aggregates: trivially copyable, no implicit
