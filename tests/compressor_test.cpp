@@ -353,3 +353,33 @@ TEST_CASE("non-finite values: carried by default, rejected when the config forbi
   CHECK(strict.decompress<float>(payload, std::span(untouched)) == errc::non_finite_value);
   CHECK(untouched == std::vector<float>(4, 3.0f));
 }
+
+TEST_CASE("compress is all or nothing: a NaN in a later chunk leaves every chunk's state untouched") {
+  using C = compressor<partition::chunks, sparsify::dense, quantize::bf16, feedback::residual>;
+  C strict({.partition = {.chunk_bytes = 400}, .allow_non_finite = false});
+  auto g = test::heavy_tailed(1000, 14);
+  g[950] = NAN;
+  auto st = strict.make_state(g.size());
+  std::vector<std::byte> payload(strict.max_payload_bytes<float>(g.size()), std::byte{0x33});
+  CHECK(strict.compress<float>(g, st, payload).code() == errc::non_finite_value);
+  CHECK(st.residual == std::vector<float>(g.size(), 0.0f));
+  CHECK(st.step == 0);
+  CHECK(std::all_of(payload.begin(), payload.end(), [](std::byte b) { return b == std::byte{0x33}; }));
+  CHECK(strict.compress_chunk<float>(0, g, st, payload).ok());  // chunk 0 alone is finite
+  CHECK(strict.compress_chunk<float>(9, g, st, payload).code() == errc::non_finite_value);
+}
+
+TEST_CASE("NaN made by arithmetic is the canonical quiet NaN, as on every backend") {
+  using C = compressor<partition::whole, sparsify::dense, quantize::none, feedback::residual>;
+  C comp;
+  std::vector<float> g = {bits_float(0x7fa00001u), INFINITY, 1.0f};  // NaN with a payload
+  auto st = comp.make_state(g.size());
+  st.residual = {1.0f, -INFINITY, bits_float(0xffc12345u)};
+  std::vector<std::byte> payload(comp.max_payload_bytes<float>(g.size()));
+  const auto w = comp.compress<float>(g, st, payload);
+  REQUIRE(w.ok());
+  for (float e : st.residual) CHECK(float_bits(e) == 0x7fc00000u);  // NaN - NaN, inf - inf, ...
+  std::vector<float> sum = {bits_float(0xffc00077u), 0.0f, 0.0f};
+  REQUIRE(comp.accumulate<float>(std::span(payload).first(*w), std::span(sum)).ok());
+  for (float x : sum) CHECK(float_bits(x) == 0x7fc00000u);
+}

@@ -137,18 +137,19 @@ class compressor {
   }
 
   // --- Compression. Writes one frame per chunk, back to back; returns the bytes written and
-  // advances st.step. `payload` must hold max_payload_bytes<T>(grad.size()).
+  // advances st.step. `payload` must hold max_payload_bytes<T>(grad.size()). All checks come
+  // first: on error, payload and state are untouched.
   template <gradient_element T>
   result<std::size_t> compress(std::span<const T> grad, state& st, std::span<std::byte> payload) const {
     if (auto s = check_compress_args(grad, st); !s) return s;
     if (payload.size() < max_payload_bytes<T>(grad.size()))
       return status{errc::buffer_too_small, "payload smaller than max_payload_bytes()"};
+    const std::size_t chunks = chunk_count<T>(grad.size());
+    for (std::size_t i = 0; i < chunks; ++i)
+      if (auto s = check_chunk_size(chunk<T>(grad.size(), i)); !s) return s;
+    if (auto s = check_finite(grad.data(), grad.size()); !s) return s;
     std::size_t written = 0;
-    for (std::size_t i = 0, c = chunk_count<T>(grad.size()); i < c; ++i) {
-      const auto r = compress_chunk<T>(i, grad, st, payload.subspan(written));
-      if (!r) return r;
-      written += *r;
-    }
+    for (std::size_t i = 0; i < chunks; ++i) written += write_frame<T>(i, grad, st, payload.subspan(written));
     finish_step(st);
     return written;
   }
@@ -161,33 +162,11 @@ class compressor {
     if (auto s = check_compress_args(grad, st); !s) return s;
     if (i >= chunk_count<T>(grad.size())) return status{errc::invalid_argument, "chunk index beyond the plan"};
     const chunk_range r = chunk<T>(grad.size(), i);
-    if (!Sparsifier::is_dense && r.count > 0xffffffffu)
-      return status{errc::invalid_argument, "sparse chunks hold at most 2^32 - 1 elements"};
-    frame::header h = layout(Sparsifier::kept(cfg_.sparsify, r.count), r.count);
-    if (frame.size() < h.frame_bytes()) return status{errc::buffer_too_small, "frame buffer smaller than max_frame_bytes()"};
-    const T* g = grad.data() + r.offset;
-    if (!cfg_.allow_non_finite)
-      for (std::size_t j = 0; j < r.count; ++j)
-        if (!is_finite_bits(float_bits(to_float(g[j])))) return status{errc::non_finite_value, "gradient holds NaN or inf"};
-
-    h.source_dtype = dtype_of<T>;
-    h.chunk_id = static_cast<std::uint32_t>(i);
-    h.step = st.step;
-    h.element_offset = r.offset;
-    std::byte* out = frame.data();
-    float* e = Feedback::has_state ? st.residual.data() + r.offset : nullptr;
-    frame::write_header(h, out);
-    frame::zero_padding(h, out);
-    if constexpr (Sparsifier::is_dense) {  // the body is the values: checksummed as they are written
-      std::uint32_t body_crc = encode_dense(g, e, r.count, out + h.value_offset());
-      const std::size_t end = h.value_offset() + h.value_bytes;
-      body_crc = crc32c(std::span<const std::byte>(out + end, align8(end) - end), body_crc);
-      frame::seal(frame.first(h.frame_bytes()), body_crc);
-    } else {
-      encode_topk(g, e, r.count, h.kept_count, st.workspace, out + h.index_offset(), out + h.value_offset());
-      frame::seal(frame.first(h.frame_bytes()));
-    }
-    return h.frame_bytes();
+    if (auto s = check_chunk_size(r); !s) return s;
+    if (frame.size() < max_frame_bytes(r.count))
+      return status{errc::buffer_too_small, "frame buffer smaller than max_frame_bytes()"};
+    if (auto s = check_finite(grad.data() + r.offset, r.count); !s) return s;
+    return write_frame<T>(i, grad, st, frame);
   }
 
   void finish_step(state& st) const { ++st.step; }
@@ -236,15 +215,7 @@ class compressor {
     return {};
   }
 
-  // Header (codec id and section sizes) of a frame keeping `kept` of `count` elements.
-  frame::header layout(std::size_t kept, std::size_t count) const {
-    frame::header h = frame_layout(kept, count);
-    h.codec_id = codec_id();
-    return h;
-  }
-
- private:
-  // Header with the section sizes of a frame keeping `kept` of `count` elements.
+  // Section sizes (no codec id) of a frame keeping `kept` of `count` elements.
   GRADCOMP_HD static frame::header frame_layout(std::size_t kept, std::size_t count) {
     frame::header h;
     h.dense_count = count;
@@ -253,6 +224,54 @@ class compressor {
     h.index_bytes = Sparsifier::is_dense ? 0 : 4 * h.kept_count;
     h.value_bytes = packed_bytes(h.kept_count, Quantizer::bits);
     return h;
+  }
+
+  // Header (codec id and section sizes) of a frame keeping `kept` of `count` elements.
+  frame::header layout(std::size_t kept, std::size_t count) const {
+    frame::header h = frame_layout(kept, count);
+    h.codec_id = codec_id();
+    return h;
+  }
+
+ private:
+
+  // Chunk i's frame, arguments already checked; returns its size.
+  template <class T>
+  std::size_t write_frame(std::size_t i, std::span<const T> grad, state& st, std::span<std::byte> frame) const {
+    const chunk_range r = chunk<T>(grad.size(), i);
+    frame::header h = layout(Sparsifier::kept(cfg_.sparsify, r.count), r.count);
+    h.source_dtype = dtype_of<T>;
+    h.chunk_id = static_cast<std::uint32_t>(i);
+    h.step = st.step;
+    h.element_offset = r.offset;
+    const T* g = grad.data() + r.offset;
+    float* e = Feedback::has_state ? st.residual.data() + r.offset : nullptr;
+    std::byte* out = frame.data();
+    frame::write_header(h, out);
+    frame::zero_padding(h, out);
+    if constexpr (Sparsifier::is_dense) {  // the body is the values: checksummed as they are written
+      std::uint32_t body_crc = encode_dense(g, e, r.count, out + h.value_offset());
+      const std::size_t end = h.value_offset() + h.value_bytes;
+      body_crc = crc32c(std::span<const std::byte>(out + end, align8(end) - end), body_crc);
+      frame::seal(frame.first(h.frame_bytes()), body_crc);
+    } else {
+      encode_topk(g, e, r.count, h.kept_count, st.workspace, out + h.index_offset(), out + h.value_offset());
+      frame::seal(frame.first(h.frame_bytes()));
+    }
+    return h.frame_bytes();
+  }
+
+  static status check_chunk_size(chunk_range r) {
+    if (!Sparsifier::is_dense && r.count > 0xffffffffu) return {errc::invalid_argument, "sparse chunks hold at most 2^32 - 1 elements"};
+    return {};
+  }
+
+  template <class T>
+  status check_finite(const T* g, std::size_t count) const {
+    if (!cfg_.allow_non_finite)
+      for (std::size_t j = 0; j < count; ++j)
+        if (!is_finite_bits(float_bits(to_float(g[j])))) return {errc::non_finite_value, "gradient holds NaN or inf"};
+    return {};
   }
 
   template <gradient_element T>
@@ -351,7 +370,7 @@ class compressor {
       cpu::run_best([&]() GRADCOMP_LOOP_BODY {
         if (add) {
           for (std::size_t j = 0; j < h.dense_count; ++j)
-            region[j] = from_float<T>(to_float(region[j]) + Quantizer::decode(qc, load_code(values, j)));
+            region[j] = from_float<T>(canonical_nan(to_float(region[j]) + Quantizer::decode(qc, load_code(values, j))));
         } else {
           for (std::size_t j = 0; j < h.dense_count; ++j) region[j] = from_float<T>(Quantizer::decode(qc, load_code(values, j)));
         }
@@ -363,7 +382,7 @@ class compressor {
       for (std::size_t m = 0; m < h.kept_count; ++m) {
         const std::uint32_t j = load_le<std::uint32_t>(idx + 4 * m);
         const float v = Quantizer::decode(qc, load_code(values, m));
-        region[j] = from_float<T>(add ? to_float(region[j]) + v : v);
+        region[j] = from_float<T>(add ? canonical_nan(to_float(region[j]) + v) : v);
       }
     }
   }

@@ -33,4 +33,11 @@ GRADCOMP_HD inline std::uint32_t abs_key(float x) { return float_bits(x) & 0x7ff
 
 GRADCOMP_HD inline bool is_finite_bits(std::uint32_t u) { return (u & 0x7f800000u) != 0x7f800000u; }
 
+// x, with any NaN replaced by the quiet NaN 0x7fc00000. Arithmetic on NaN keeps an operand's
+// payload on x86 but returns 0x7fffffff on CUDA; results of shared arithmetic pass through
+// here so both backends produce the same bits. (An integer test: fast-math cannot remove it.)
+GRADCOMP_HD inline float canonical_nan(float x) {
+  return (float_bits(x) & 0x7fffffffu) > 0x7f800000u ? bits_float(0x7fc00000u) : x;
+}
+
 }  // namespace gradcomp

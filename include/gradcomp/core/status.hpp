@@ -22,6 +22,7 @@ enum class errc : std::uint8_t {
   index_out_of_range,   // a sparse index is >= the chunk's element count
   index_not_ascending,  // sparse indices are not strictly ascending
   non_finite_value,     // NaN or infinity where the config forbids it
+  device_error,         // the accelerator runtime reported a failure (detail: its message)
 };
 
 GRADCOMP_HD constexpr const char* to_string(errc e) {
@@ -40,6 +41,7 @@ GRADCOMP_HD constexpr const char* to_string(errc e) {
     case errc::index_out_of_range: return "sparse index out of range";
     case errc::index_not_ascending: return "sparse indices not strictly ascending";
     case errc::non_finite_value: return "non-finite value";
+    case errc::device_error: return "device runtime error";
   }
   return "unknown error";
 }

@@ -98,10 +98,9 @@ struct control {
   std::uint32_t element_bytes;  // decode: source element bytes of the first frame
 };
 
-// A CUDA runtime failure. status has no kind for it, so it travels as invalid_argument with
-// the runtime's (static) message as the detail.
+// A CUDA runtime failure, with the runtime's (static) message as the detail.
 inline status cuda_status(cudaError_t e) {
-  return e == cudaSuccess ? status{} : status{errc::invalid_argument, cudaGetErrorString(e)};
+  return e == cudaSuccess ? status{} : status{errc::device_error, cudaGetErrorString(e)};
 }
 
 inline bool aligned(const void* p, std::size_t a) { return reinterpret_cast<std::uintptr_t>(p) % a == 0; }

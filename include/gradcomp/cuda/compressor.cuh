@@ -53,18 +53,10 @@ struct traits<compressor<P, S, Q, F>> {
   static constexpr bool has_state = F::has_state;
 };
 
-// Section sizes of a frame keeping `kept` of `count` elements. Mirrors the private
-// compressor::frame_layout (the tests compare it with compressor::layout()).
+// Section sizes of a frame keeping `kept` of `count` elements.
 template <class C>
 GRADCOMP_HD frame::header section_layout(std::uint64_t kept, std::uint64_t count) {
-  using tr = traits<C>;
-  frame::header h;
-  h.dense_count = count;
-  h.kept_count = tr::dense ? count : kept;
-  h.indices = tr::dense ? frame::index_format::none : frame::index_format::u32_list;
-  h.index_bytes = tr::dense ? 0 : 4 * h.kept_count;
-  h.value_bytes = packed_bytes(h.kept_count, tr::quantizer::bits);
-  return h;
+  return C::frame_layout(kept, count);
 }
 
 // One chunk of the compression plan.
@@ -747,7 +739,7 @@ __device__ void apply_range(const decode_args<C, T>& a, const frame_entry& e, st
 #pragma unroll
       for (unsigned k = 0; k < unroll; ++k) {
         const std::uint64_t j = base + k * threads + threadIdx.x;
-        if (j < j1) region[j] = from_float<T>(a.add ? o[k] + v[k] : v[k]);
+        if (j < j1) region[j] = from_float<T>(a.add ? canonical_nan(o[k] + v[k]) : v[k]);
       }
     }
   } else {
@@ -772,7 +764,7 @@ __device__ void apply_range(const decode_args<C, T>& a, const frame_entry& e, st
     for (std::uint64_t m = m0 + threadIdx.x; m < m1; m += threads) {
       const std::uint32_t j = idx[m];
       const float v = Q::decode(qc, codes[m]);
-      region[j] = from_float<T>(a.add ? to_float(region[j]) + v : v);
+      region[j] = from_float<T>(a.add ? canonical_nan(to_float(region[j]) + v) : v);
     }
   }
   __syncthreads();

@@ -3,8 +3,9 @@
 // of x = g + e that was not sent is kept and added to the next step's gradient:
 //   x = g + e;   send C(x);   e' = x - decoded(C(x))   (e' = x where nothing was sent).
 // Conservation, exact in fp32: decoded + e' == x element by element, since e' is computed
-// from the very decoded value the receiver sees.
+// from the very decoded value the receiver sees. (NaN results are canonical: core/bits.hpp.)
 
+#include "../core/bits.hpp"
 #include "../core/concepts.hpp"
 
 namespace gradcomp::feedback {
@@ -15,8 +16,8 @@ struct residual {
   static constexpr bool has_state = true;
 
   static constexpr status validate(const config&) { return {}; }
-  GRADCOMP_HD static float combine(const config&, float g, float e) { return g + e; }
-  GRADCOMP_HD static float remainder(const config&, float x, float sent) { return x - sent; }
+  GRADCOMP_HD static float combine(const config&, float g, float e) { return canonical_nan(g + e); }
+  GRADCOMP_HD static float remainder(const config&, float x, float sent) { return canonical_nan(x - sent); }
 };
 
 }  // namespace gradcomp::feedback
