@@ -28,6 +28,13 @@ GRADCOMP_HD inline float bits_float(std::uint32_t u) {
 #endif
 }
 
+namespace detail {
+// c ? x : y as bit operations: compilers keep it branch-free, so loops of it vectorise.
+GRADCOMP_HD constexpr std::uint32_t select(bool c, std::uint32_t x, std::uint32_t y) {
+  return y ^ ((x ^ y) & (0u - static_cast<std::uint32_t>(c)));
+}
+}  // namespace detail
+
 // |x| as an unsigned key whose integer order is the order of |x| (NaN above +inf).
 GRADCOMP_HD inline std::uint32_t abs_key(float x) { return float_bits(x) & 0x7fffffffu; }
 
@@ -37,7 +44,8 @@ GRADCOMP_HD inline bool is_finite_bits(std::uint32_t u) { return (u & 0x7f800000
 // payload on x86 but returns 0x7fffffff on CUDA; results of shared arithmetic pass through
 // here so both backends produce the same bits. (An integer test: fast-math cannot remove it.)
 GRADCOMP_HD inline float canonical_nan(float x) {
-  return (float_bits(x) & 0x7fffffffu) > 0x7f800000u ? bits_float(0x7fc00000u) : x;
+  const std::uint32_t u = float_bits(x);
+  return bits_float(detail::select((u & 0x7fffffffu) > 0x7f800000u, 0x7fc00000u, u));
 }
 
 }  // namespace gradcomp

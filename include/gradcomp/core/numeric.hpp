@@ -22,13 +22,6 @@ GRADCOMP_HD inline float float_from_bf16_bits(std::uint16_t b) {
   return bits_float(static_cast<std::uint32_t>(b) << 16);
 }
 
-namespace detail {
-// c ? x : y as bit operations: compilers keep it branch-free, so loops of it vectorise.
-GRADCOMP_HD constexpr std::uint32_t select(bool c, std::uint32_t x, std::uint32_t y) {
-  return y ^ ((x ^ y) & (0u - static_cast<std::uint32_t>(c)));
-}
-}  // namespace detail
-
 // Every case is computed and one is selected, so loops over many values vectorise.
 GRADCOMP_HD inline std::uint16_t fp16_bits_from_float(float x) {
   using detail::select;
