@@ -13,9 +13,10 @@ namespace gradcomp {
 
 GRADCOMP_HD inline std::uint16_t bf16_bits_from_float(float x) {
   const std::uint32_t u = float_bits(x);
-  if ((u & 0x7fffffffu) > 0x7f800000u) return static_cast<std::uint16_t>((u >> 16) | 0x0040u);
-  const std::uint32_t rounding = 0x7fffu + ((u >> 16) & 1u);
-  return static_cast<std::uint16_t>((u + rounding) >> 16);
+  // |x| as a signed integer compares in one instruction in vector code.
+  const bool nan = static_cast<std::int32_t>(u & 0x7fffffffu) > 0x7f800000;
+  const std::uint32_t rounded = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
+  return static_cast<std::uint16_t>(detail::select(nan, (u >> 16) | 0x0040u, rounded));
 }
 
 GRADCOMP_HD inline float float_from_bf16_bits(std::uint16_t b) {
