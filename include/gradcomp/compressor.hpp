@@ -330,7 +330,16 @@ class compressor {
       const auto key = [&](std::size_t j) { return abs_key(to_float(g[j])); };
       select.select(key, key, key, indices);
     }
+    constexpr std::size_t ahead = 32;  // kept elements are scattered: keep many loads in flight
     for (std::size_t m = 0; m < k; ++m) {
+      if (m + ahead < k) {
+        const std::uint32_t next = load_le<std::uint32_t>(indices + 4 * (m + ahead));
+        if constexpr (Feedback::has_state) {
+          GRADCOMP_PREFETCH(e + next);
+        } else {
+          GRADCOMP_PREFETCH(g + next);
+        }
+      }
       const std::uint32_t j = load_le<std::uint32_t>(indices + 4 * m);
       const float x = Feedback::has_state ? e[j] : to_float(g[j]);
       const code_type c = Quantizer::encode(qc, x);

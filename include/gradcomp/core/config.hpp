@@ -20,3 +20,9 @@
 #else
 #define GRADCOMP_FORCEINLINE inline __attribute__((always_inline))
 #endif
+
+#if defined(__GNUC__) || defined(__clang__)
+#define GRADCOMP_PREFETCH(address) __builtin_prefetch(address)
+#else
+#define GRADCOMP_PREFETCH(address) ((void)(address))
+#endif
