@@ -13,10 +13,11 @@ namespace gradcomp {
 
 GRADCOMP_HD inline std::uint16_t bf16_bits_from_float(float x) {
   const std::uint32_t u = float_bits(x);
-  // |x| as a signed integer compares in one instruction in vector code.
-  const bool nan = static_cast<std::int32_t>(u & 0x7fffffffu) > 0x7f800000;
-  const std::uint32_t rounded = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
-  return static_cast<std::uint16_t>(detail::select(nan, (u >> 16) | 0x0040u, rounded));
+  // NaN (|x| as a signed integer above +inf) is truncated and quieted instead of rounded,
+  // written as masks so that vector code narrows to 16 bits once, at the end.
+  const std::uint32_t nan = 0u - static_cast<std::uint32_t>(static_cast<std::int32_t>(u & 0x7fffffffu) > 0x7f800000);
+  const std::uint32_t bias = (0x7fffu + ((u >> 16) & 1u)) & ~nan;
+  return static_cast<std::uint16_t>(((u + bias) >> 16) | (0x0040u & nan));
 }
 
 GRADCOMP_HD inline float float_from_bf16_bits(std::uint16_t b) {
