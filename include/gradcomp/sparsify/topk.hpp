@@ -25,7 +25,9 @@ struct topk {
     if (!(c.density > 0.0 && c.density <= 1.0)) return {errc::invalid_argument, "topk density must be in (0, 1]"};
     return {};
   }
+  // An invalid density (rejected by validate) gives n, so size queries stay safe bounds.
   GRADCOMP_HD static std::size_t kept(const config& c, std::size_t n) {
+    if (!(c.density > 0.0 && c.density < 1.0)) return n;
     const auto k = static_cast<std::size_t>(std::ceil(c.density * static_cast<double>(n)));
     return k < n ? k : n;
   }
