@@ -148,8 +148,12 @@ class compressor {
     for (std::size_t i = 0; i < chunks; ++i)
       if (auto s = check_chunk_size(chunk<T>(grad.size(), i)); !s) return s;
     if (auto s = check_finite(grad.data(), grad.size()); !s) return s;
+    // Non-temporal stores when the whole payload would not stay in cache, even if each
+    // frame would.
+    const bool streaming = max_payload_bytes<T>(grad.size()) >= cpu::streaming_store_bytes;
     std::size_t written = 0;
-    for (std::size_t i = 0; i < chunks; ++i) written += write_frame<T>(i, grad, st, payload.subspan(written));
+    for (std::size_t i = 0; i < chunks; ++i)
+      written += write_frame<T>(i, grad, st, payload.subspan(written), streaming);
     finish_step(st);
     return written;
   }
@@ -166,7 +170,7 @@ class compressor {
     if (frame.size() < max_frame_bytes(r.count))
       return status{errc::buffer_too_small, "frame buffer smaller than max_frame_bytes()"};
     if (auto s = check_finite(grad.data() + r.offset, r.count); !s) return s;
-    return write_frame<T>(i, grad, st, frame);
+    return write_frame<T>(i, grad, st, frame, max_frame_bytes(r.count) >= cpu::streaming_store_bytes);
   }
 
   void finish_step(state& st) const { ++st.step; }
@@ -237,7 +241,8 @@ class compressor {
 
   // Chunk i's frame, arguments already checked; returns its size.
   template <class T>
-  std::size_t write_frame(std::size_t i, std::span<const T> grad, state& st, std::span<std::byte> frame) const {
+  std::size_t write_frame(std::size_t i, std::span<const T> grad, state& st, std::span<std::byte> frame,
+                          bool streaming) const {
     const chunk_range r = chunk<T>(grad.size(), i);
     frame::header h = layout(Sparsifier::kept(cfg_.sparsify, r.count), r.count);
     h.source_dtype = dtype_of<T>;
@@ -250,7 +255,7 @@ class compressor {
     frame::write_header(h, out);
     frame::zero_padding(h, out);
     if constexpr (Sparsifier::is_dense) {  // the body is the values: checksummed as they are written
-      std::uint32_t body_crc = encode_dense(g, e, r.count, out + h.value_offset());
+      std::uint32_t body_crc = encode_dense(g, e, r.count, out + h.value_offset(), streaming);
       const std::size_t end = h.value_offset() + h.value_bytes;
       body_crc = crc32c(std::span<const std::byte>(out + end, align8(end) - end), body_crc);
       frame::seal(frame.first(h.frame_bytes()), body_crc);
@@ -294,7 +299,7 @@ class compressor {
 
   // Returns the CRC32C of the value bytes written.
   template <class T>
-  std::uint32_t encode_dense(const T* g, float* e, std::size_t count, std::byte* values) const {
+  std::uint32_t encode_dense(const T* g, float* e, std::size_t count, std::byte* values, bool streaming) const {
     const auto& qc = cfg_.quantize;
     const auto& fc = cfg_.feedback;
     if constexpr (Feedback::has_state) {
@@ -306,10 +311,10 @@ class compressor {
             e[j] = Feedback::remainder(fc, x, Quantizer::decode(qc, c));
             return c;
           },
-          values, 0);
+          values, 0, streaming);
     } else {
       return cpu::write_codes<code_type>(count, [&](std::size_t j) { return Quantizer::encode(qc, to_float(g[j])); },
-                                         values, 0);
+                                         values, 0, streaming);
     }
   }
 

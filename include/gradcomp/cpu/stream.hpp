@@ -24,7 +24,7 @@
 
 namespace gradcomp::cpu {
 
-// Outputs at least this large are written with non-temporal stores (smaller ones are likely
+// Payloads at least this large are written with non-temporal stores (smaller ones are likely
 // to stay in the last-level cache, where plain stores are faster).
 inline constexpr std::size_t streaming_store_bytes = std::size_t{8} << 20;
 
@@ -61,21 +61,28 @@ inline void streaming_fence() {
 inline constexpr std::size_t pipelined_stream_bytes = 3 * 4096 / 4;
 
 // Block blk of the previous tile: 8 bytes into each CRC stream, 32 bytes stored.
+template <bool Streaming>
 __attribute__((target("avx2,sse4.2"), always_inline)) inline void finish_block(std::uint64_t (&crcs)[4],
                                                                               const unsigned char* tile_bytes,
                                                                               long long* out, std::size_t blk) {
   for (std::size_t s = 0; s < 4; ++s)
     crcs[s] = _mm_crc32_u64(crcs[s], load_le<std::uint64_t>(reinterpret_cast<const std::byte*>(
                                          tile_bytes + s * pipelined_stream_bytes + 8 * blk)));
-  for (std::size_t q = 0; q < 4; ++q)
-    _mm_stream_si64(out + 4 * blk + q, load_le<long long>(reinterpret_cast<const std::byte*>(tile_bytes + 32 * blk + 8 * q)));
+  if constexpr (Streaming) {
+    for (std::size_t q = 0; q < 4; ++q)
+      _mm_stream_si64(out + 4 * blk + q, load_le<long long>(reinterpret_cast<const std::byte*>(tile_bytes + 32 * blk + 8 * q)));
+  } else {
+    std::memcpy(out + 4 * blk, tile_bytes + 32 * blk, 32);
+  }
 }
 
-template <class Code, class CodeAt>
+template <class Code, bool Streaming, class CodeAt>
 __attribute__((target("avx2,sse4.2"))) std::uint32_t write_codes_pipelined(std::size_t tiles, CodeAt& code,
                                                                              std::byte* out, std::uint32_t crc) {
-  constexpr std::size_t tile_bytes = 3 * 4096, stream = pipelined_stream_bytes, block_bytes = 32;
-  constexpr std::size_t tile = tile_bytes / sizeof(Code), block = block_bytes / sizeof(Code);
+  // Per block: 32 codes encoded (a loop long enough to vectorise with any code size) and
+  // 32 * sizeof(Code) bytes of the previous tile finished, 32 bytes at a time.
+  constexpr std::size_t tile_bytes = 3 * 4096, stream = pipelined_stream_bytes, block = 32;
+  constexpr std::size_t tile = tile_bytes / sizeof(Code), finishes = sizeof(Code);
   constexpr std::uint32_t shift1 = gradcomp::detail::crc32c_x_pow_8n(stream);
   constexpr std::uint32_t shift2 = gradcomp::detail::crc32c_x_pow_8n(2 * stream);
   constexpr std::uint32_t shift3 = gradcomp::detail::crc32c_x_pow_8n(3 * stream);
@@ -89,17 +96,18 @@ __attribute__((target("avx2,sse4.2"))) std::uint32_t write_codes_pipelined(std::
     const std::size_t blocks = t < tiles ? tile / block : 0, first = t * tile;
     for (std::size_t blk = 0; blk < blocks; ++blk) {  // encode tile t, finish tile t - 1
       for (std::size_t j = 0; j < block; ++j) current[blk * block + j] = code(first + blk * block + j);
-      if (t > 0) finish_block(crcs, previous, previous_out, blk);
+      if (t > 0)
+        for (std::size_t f = 0; f < finishes; ++f) finish_block<Streaming>(crcs, previous, previous_out, blk * finishes + f);
     }
     if (t == tiles && t > 0)
-      for (std::size_t blk = 0; blk < tile / block; ++blk) finish_block(crcs, previous, previous_out, blk);
+      for (std::size_t f = 0; f < tile_bytes / 32; ++f) finish_block<Streaming>(crcs, previous, previous_out, f);
     if (t > 0)
       reg = gradcomp::detail::crc32c_mulmod(static_cast<std::uint32_t>(crcs[0]), shift3) ^
             gradcomp::detail::crc32c_mulmod(static_cast<std::uint32_t>(crcs[1]), shift2) ^
             gradcomp::detail::crc32c_mulmod(static_cast<std::uint32_t>(crcs[2]), shift1) ^
             static_cast<std::uint32_t>(crcs[3]);
   }
-  _mm_sfence();
+  if constexpr (Streaming) _mm_sfence();
   return ~reg;
 }
 
@@ -111,16 +119,17 @@ inline bool cpu_has_pipelined_store() {
 
 // Writes code(j) for j in [0, count) as little-endian Code values to out and returns the
 // CRC32C of the written bytes continued from `crc`. code(j) is called once per j, in order.
+// `streaming`: use non-temporal stores (for outputs larger than the last-level cache).
 template <class Code, class CodeAt>
-std::uint32_t write_codes(std::size_t count, CodeAt&& code, std::byte* out, std::uint32_t crc) {
+std::uint32_t write_codes(std::size_t count, CodeAt&& code, std::byte* out, std::uint32_t crc, bool streaming) {
   constexpr std::size_t tile_bytes = 3 * 4096;  // one round of the three-stream hardware CRC
   constexpr std::size_t tile = tile_bytes / sizeof(Code);
-  const bool streaming = count * sizeof(Code) >= streaming_store_bytes;
   std::size_t done = 0;
 #if GRADCOMP_CPU_DISPATCH
-  if (streaming && count >= tile && cpu_has_pipelined_store() && avx2_allowed().load(std::memory_order_relaxed) &&
+  if (count >= tile && cpu_has_pipelined_store() && avx2_allowed().load(std::memory_order_relaxed) &&
       reinterpret_cast<std::uintptr_t>(out) % 8 == 0) {
-    crc = write_codes_pipelined<Code>(count / tile, code, out, crc);
+    crc = streaming ? write_codes_pipelined<Code, true>(count / tile, code, out, crc)
+                    : write_codes_pipelined<Code, false>(count / tile, code, out, crc);
     done = count / tile * tile;
   }
 #endif
