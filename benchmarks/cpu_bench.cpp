@@ -220,11 +220,9 @@ using dense_codec = gc::compressor<gc::partition::whole, gc::sparsify::dense, Q,
 template <class Q, class F>
 using topk_codec = gc::compressor<gc::partition::whole, gc::sparsify::topk, Q, F>;
 
-// Dense compress, fp32 input. Bytes: read 4n (gradient), write payload; with residual
-// feedback also read 4n and write 4n (the residual).
+// Compress, fp32 input, with `c`, against memcpy and an optional baseline in the same loop.
 template <class Codec>
-void bm_compress(benchmark::State& st, std::size_t n) {
-  const Codec c{};
+void compress_bench(benchmark::State& st, std::size_t n, const Codec& c, const std::function<void()>& baseline = {}) {
   const std::vector<float>& g = input(n);
   auto state = c.make_state(n);
   std::vector<std::byte> payload(c.template max_payload_bytes<float>(n));
@@ -237,12 +235,22 @@ void bm_compress(benchmark::State& st, std::size_t n) {
   const double dense = 4.0 * static_cast<double>(n);
   const double bytes_rw = dense + payload_bytes + (Codec::feedback::has_state ? 2 * dense : 0.0);
   bool ok = true;
-  measure(st, n, bytes_rw, dense / payload_bytes, [&] {
-    const auto r = c.template compress<float>(g, state, payload);
-    ok &= r.ok();
-    benchmark::DoNotOptimize(payload.data());
-  });
+  measure(
+      st, n, bytes_rw, dense / payload_bytes,
+      [&] {
+        const auto r = c.template compress<float>(g, state, payload);
+        ok &= r.ok();
+        benchmark::DoNotOptimize(payload.data());
+      },
+      baseline);
   if (!ok) st.SkipWithError("compress failed");
+}
+
+// Dense compress, fp32 input. Bytes: read 4n (gradient), write payload; with residual
+// feedback also read 4n and write 4n (the residual).
+template <class Codec>
+void bm_compress(benchmark::State& st, std::size_t n) {
+  compress_bench(st, n, Codec{});
 }
 
 // Dense accumulate into fp32 (out += decoded). Bytes: read the payload, read 4n and write 4n
@@ -277,29 +285,8 @@ void bm_accumulate(benchmark::State& st, std::size_t n) {
 // would for a persistent gradient direction.
 template <class Codec>
 void bm_topk_compress(benchmark::State& st, std::size_t n, double density) {
-  const Codec c({.sparsify = {.density = density}});
-  const std::vector<float>& g = input(n);
-  auto state = c.make_state(n);
-  std::vector<std::byte> payload(c.template max_payload_bytes<float>(n));
-  const auto first = c.template compress<float>(g, state, payload);
-  if (!first) {
-    st.SkipWithError(first.error().detail());
-    return;
-  }
-  const double payload_bytes = static_cast<double>(*first);
-  const double dense = 4.0 * static_cast<double>(n);
-  const double bytes_rw = dense + payload_bytes + (Codec::feedback::has_state ? 2 * dense : 0.0);
-  bool ok = true;
   baseline_runner base(n, density);
-  measure(
-      st, n, bytes_rw, dense / payload_bytes,
-      [&] {
-        const auto r = c.template compress<float>(g, state, payload);
-        ok &= r.ok();
-        benchmark::DoNotOptimize(payload.data());
-      },
-      base.function());
-  if (!ok) st.SkipWithError("compress failed");
+  compress_bench(st, n, Codec({.sparsify = {.density = density}}), base.function());
 }
 
 // gradcomp's selection skeleton alone (cpu::topk_selector::select, called as the compressor
