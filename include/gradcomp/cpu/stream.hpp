@@ -54,10 +54,10 @@ inline void streaming_fence() {
 }  // namespace detail
 
 #if GRADCOMP_CPU_DISPATCH
-// The x86 fast path: one loop both encodes tile t (16..32 bytes of codes per block, vector
-// code) and finishes tile t - 1 (its CRC in four crc32 streams, its non-temporal store), so
-// the arithmetic of one overlaps the memory traffic of the other instead of taking turns.
-// Tiles of 12 KiB, CRC streams of 3 KiB joined with crc32c_combine's algebra.
+// The x86 fast path: one loop both encodes tile t (32 codes per block, vector code) and
+// finishes tile t - 1 (its CRC in four crc32 streams, its store), so the arithmetic of one
+// overlaps the memory traffic of the other instead of taking turns. Tiles of 12 KiB, CRC
+// streams of 3 KiB joined with crc32c_combine's algebra.
 inline constexpr std::size_t pipelined_stream_bytes = 3 * 4096 / 4;
 
 // Block blk of the previous tile: 8 bytes into each CRC stream, 32 bytes stored.
