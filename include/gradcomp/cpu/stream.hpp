@@ -28,6 +28,10 @@ namespace gradcomp::cpu {
 // to stay in the last-level cache, where plain stores are faster).
 inline constexpr std::size_t streaming_store_bytes = std::size_t{8} << 20;
 
+// Codes are produced in tiles of this many bytes: one round of the three-stream hardware CRC,
+// small enough to stay in L1 beside the input streaming through.
+inline constexpr std::size_t code_tile_bytes = 3 * 4096;
+
 namespace detail {
 inline void copy_tile(std::byte* dst, const std::byte* src, std::size_t bytes, bool streaming) {
 #if defined(__SSE2__)
@@ -56,9 +60,10 @@ inline void streaming_fence() {
 #if GRADCOMP_CPU_DISPATCH
 // The x86 fast path: one loop both encodes tile t (32 codes per block, vector code) and
 // finishes tile t - 1 (its CRC in four crc32 streams, its store), so the arithmetic of one
-// overlaps the memory traffic of the other instead of taking turns. Tiles of 12 KiB, CRC
+// overlaps the memory traffic of the other instead of taking turns. The tiles are write_codes'
+// tiles (code_tile_bytes); CRC
 // streams of 3 KiB joined with crc32c_combine's algebra.
-inline constexpr std::size_t pipelined_stream_bytes = 3 * 4096 / 4;
+inline constexpr std::size_t pipelined_stream_bytes = code_tile_bytes / 4;
 
 // Block blk of the previous tile: 8 bytes into each CRC stream, 32 bytes stored.
 template <bool Streaming>
@@ -81,7 +86,7 @@ __attribute__((target("avx2,sse4.2"))) std::uint32_t write_codes_pipelined(std::
                                                                              std::byte* out, std::uint32_t crc) {
   // Per block: 32 codes encoded (a loop long enough to vectorise with any code size) and
   // 32 * sizeof(Code) bytes of the previous tile finished, 32 bytes at a time.
-  constexpr std::size_t tile_bytes = 3 * 4096, stream = pipelined_stream_bytes, block = 32;
+  constexpr std::size_t tile_bytes = code_tile_bytes, stream = pipelined_stream_bytes, block = 32;
   constexpr std::size_t tile = tile_bytes / sizeof(Code), finishes = sizeof(Code);
   constexpr std::uint32_t shift1 = gradcomp::detail::crc32c_x_pow_8n(stream);
   constexpr std::uint32_t shift2 = gradcomp::detail::crc32c_x_pow_8n(2 * stream);
@@ -122,7 +127,7 @@ inline bool cpu_has_pipelined_store() {
 // `streaming`: use non-temporal stores (for outputs larger than the last-level cache).
 template <class Code, class CodeAt>
 std::uint32_t write_codes(std::size_t count, CodeAt&& code, std::byte* out, std::uint32_t crc, bool streaming) {
-  constexpr std::size_t tile_bytes = 3 * 4096;  // one round of the three-stream hardware CRC
+  constexpr std::size_t tile_bytes = code_tile_bytes;
   constexpr std::size_t tile = tile_bytes / sizeof(Code);
   std::size_t done = 0;
 #if GRADCOMP_CPU_DISPATCH
