@@ -60,9 +60,9 @@ inline void streaming_fence() {
 #if GRADCOMP_CPU_DISPATCH
 // The x86 fast path: one loop both encodes tile t (32 codes per block, vector code) and
 // finishes tile t - 1 (its CRC in four crc32 streams, its store), so the arithmetic of one
-// overlaps the memory traffic of the other instead of taking turns. The tiles are write_codes'
-// tiles (code_tile_bytes); CRC
-// streams of 3 KiB joined with crc32c_combine's algebra.
+// overlaps the memory traffic of the other instead of taking turns. The tiles are
+// write_codes' tiles (code_tile_bytes); the four CRC streams are joined with
+// crc32c_combine's algebra.
 inline constexpr std::size_t pipelined_stream_bytes = code_tile_bytes / 4;
 
 // Block blk of the previous tile: 8 bytes into each CRC stream, 32 bytes stored.
