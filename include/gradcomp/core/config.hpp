@@ -15,12 +15,6 @@
 #define GRADCOMP_DEVICE_CODE 0
 #endif
 
-#if defined(_MSC_VER)
-#define GRADCOMP_FORCEINLINE __forceinline
-#else
-#define GRADCOMP_FORCEINLINE inline __attribute__((always_inline))
-#endif
-
 #if defined(__GNUC__) || defined(__clang__)
 #define GRADCOMP_PREFETCH(address) __builtin_prefetch(address)
 #else
