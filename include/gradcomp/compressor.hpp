@@ -142,15 +142,15 @@ class compressor {
   template <gradient_element T>
   result<std::size_t> compress(std::span<const T> grad, state& st, std::span<std::byte> payload) const {
     if (auto s = check_compress_args(grad, st); !s) return s;
-    if (payload.size() < max_payload_bytes<T>(grad.size()))
-      return status{errc::buffer_too_small, "payload smaller than max_payload_bytes()"};
+    const std::size_t max_bytes = max_payload_bytes<T>(grad.size());
+    if (payload.size() < max_bytes) return status{errc::buffer_too_small, "payload smaller than max_payload_bytes()"};
     const std::size_t chunks = chunk_count<T>(grad.size());
     for (std::size_t i = 0; i < chunks; ++i)
       if (auto s = check_chunk_size(chunk<T>(grad.size(), i)); !s) return s;
     if (auto s = check_finite(grad.data(), grad.size()); !s) return s;
     // Non-temporal stores when the whole payload would not stay in cache, even if each
     // frame would.
-    const bool streaming = max_payload_bytes<T>(grad.size()) >= cpu::streaming_store_bytes;
+    const bool streaming = max_bytes >= cpu::streaming_store_bytes;
     std::size_t written = 0;
     for (std::size_t i = 0; i < chunks; ++i)
       written += write_frame<T>(i, grad, st, payload.subspan(written), streaming);
