@@ -6,21 +6,11 @@
 
 namespace gc = gradcomp;
 namespace gcu = gradcomp::cuda;
+using namespace gctest::codecs;
 using gctest::check_compress;
 
 namespace {
 
-template <class S, class Q, class F>
-using whole = gc::compressor<gc::partition::whole, S, Q, F>;
-template <class S, class Q, class F>
-using chunked = gc::compressor<gc::partition::chunks, S, Q, F>;
-
-using dense_bf16 = whole<gc::sparsify::dense, gc::quantize::bf16, gc::feedback::none>;
-using dense_none_res = whole<gc::sparsify::dense, gc::quantize::none, gc::feedback::residual>;
-using chunks_dense_fp16_res = chunked<gc::sparsify::dense, gc::quantize::fp16, gc::feedback::residual>;
-using topk_bf16_res = whole<gc::sparsify::topk, gc::quantize::bf16, gc::feedback::residual>;
-using chunks_topk_none = chunked<gc::sparsify::topk, gc::quantize::none, gc::feedback::none>;
-using chunks_topk_fp16_res = chunked<gc::sparsify::topk, gc::quantize::fp16, gc::feedback::residual>;
 
 // Around the block (256), 8-per-thread round (2048), value tile (8192/16384 codes), selection
 // tile (32768) and apply tile (8192) boundaries, plus one beyond 2^20.

@@ -7,20 +7,12 @@
 
 namespace gc = gradcomp;
 namespace gcu = gradcomp::cuda;
+using namespace gctest::codecs;
 using gctest::check_compress;
 using gctest::check_decode;
 
 namespace {
 
-template <class S, class Q, class F>
-using whole = gc::compressor<gc::partition::whole, S, Q, F>;
-template <class S, class Q, class F>
-using chunked = gc::compressor<gc::partition::chunks, S, Q, F>;
-
-using dense_bf16 = whole<gc::sparsify::dense, gc::quantize::bf16, gc::feedback::none>;
-using chunks_dense_fp16_res = chunked<gc::sparsify::dense, gc::quantize::fp16, gc::feedback::residual>;
-using topk_bf16_res = whole<gc::sparsify::topk, gc::quantize::bf16, gc::feedback::residual>;
-using chunks_topk_none = chunked<gc::sparsify::topk, gc::quantize::none, gc::feedback::none>;
 
 // A valid payload from the CPU backend.
 template <class T, class C>

@@ -189,4 +189,19 @@ void check_decode(const C& comp, std::span<const std::byte> payload, std::size_t
   if (!want.ok()) CHECK(same_bits(gpu, start));
 }
 
+// The compositions the GPU tests run.
+namespace codecs {
+template <class S, class Q, class F>
+using whole = gc::compressor<gc::partition::whole, S, Q, F>;
+template <class S, class Q, class F>
+using chunked = gc::compressor<gc::partition::chunks, S, Q, F>;
+
+using dense_bf16 = whole<gc::sparsify::dense, gc::quantize::bf16, gc::feedback::none>;
+using dense_none_res = whole<gc::sparsify::dense, gc::quantize::none, gc::feedback::residual>;
+using chunks_dense_fp16_res = chunked<gc::sparsify::dense, gc::quantize::fp16, gc::feedback::residual>;
+using topk_bf16_res = whole<gc::sparsify::topk, gc::quantize::bf16, gc::feedback::residual>;
+using chunks_topk_none = chunked<gc::sparsify::topk, gc::quantize::none, gc::feedback::none>;
+using chunks_topk_fp16_res = chunked<gc::sparsify::topk, gc::quantize::fp16, gc::feedback::residual>;
+}  // namespace codecs
+
 }  // namespace gctest
