@@ -68,7 +68,7 @@ TEST_CASE_TEMPLATE("dense casts round trip with the quantizer's own rounding", T
     std::vector<T> out(g.size(), from_float<T>(7.0f));
     REQUIRE(comp.template decompress<T>(payload, std::span(out)).ok());
     for (std::size_t i = 0; i < g.size(); ++i) {
-      const float expect = Q::decode({}, Q::encode({}, to_float(g[i])));
+      const float expect = Q::decode({}, {}, Q::encode({}, {}, to_float(g[i]), 0));
       REQUIRE(float_bits(to_float(out[i])) == float_bits(to_float(from_float<T>(expect))));
     }
     // accumulate adds the same decoded values

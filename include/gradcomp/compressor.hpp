@@ -12,6 +12,7 @@
 //
 // Frames are validated in full before anything is written (docs/wire-format.md).
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <span>
@@ -22,6 +23,7 @@
 #include "core/concepts.hpp"
 #include "core/frame.hpp"
 #include "core/numeric.hpp"
+#include "core/philox.hpp"
 #include "core/status.hpp"
 #include "cpu/dispatch.hpp"
 #include "cpu/stream.hpp"
@@ -54,12 +56,17 @@ class compressor {
                 "gradcomp::compressor: the quantizer needs `struct config` and `static status validate(const config&)`");
   static_assert(quantizer_codes<Quantizer>,
                 "gradcomp::compressor: the quantizer needs an unsigned `code_type` and `bits`");
+  static_assert(quantizer_groups<Quantizer>,
+                "gradcomp::compressor: the quantizer needs `meta`, `meta_bytes`, `group_size(config)`, "
+                "`fit(config, values, n)`, `store_meta`, `load_meta` and `check_meta(config, meta)` "
+                "(derive from gradcomp::ungrouped_quantizer for a plain cast)");
   static_assert(quantizer_encode<Quantizer>,
-                "gradcomp::compressor: the quantizer needs `static code_type encode(const config&, float)`");
+                "gradcomp::compressor: the quantizer needs `static code_type encode(const config&, const meta&, float, std::uint32_t random)`");
   static_assert(quantizer_decode<Quantizer>,
-                "gradcomp::compressor: the quantizer needs `static float decode(const config&, code_type)`");
+                "gradcomp::compressor: the quantizer needs `static float decode(const config&, const meta&, code_type)`");
   static_assert(quantizer_traits<Quantizer>,
-                "gradcomp::compressor: the quantizer needs `id`, `unbiased`, `summable` and `format_param(config)`");
+                "gradcomp::compressor: the quantizer needs `id`, `unbiased(config)`, `summable`, `stochastic(config)` and "
+                "`format_param(config)`");
   static_assert(has_policy_kind<Feedback, feedback_tag>,
                 "gradcomp::compressor: the 4th argument is not a feedback policy: it lacks "
                 "`using policy_kind = gradcomp::feedback_tag;`");
@@ -68,10 +75,12 @@ class compressor {
   static_assert(feedback_members<Feedback>,
                 "gradcomp::compressor: the feedback needs `has_state`, `combine(config, g, e)` and "
                 "`remainder(config, x, sent)`");
-  static_assert(Quantizer::bits == 8 * sizeof(typename Quantizer::code_type),
-                "gradcomp::compressor: this version stores byte-sized codes only");
+  static_assert(Quantizer::bits >= 1 && Quantizer::bits <= 8 * sizeof(typename Quantizer::code_type),
+                "gradcomp::compressor: the quantizer's code_type must hold `bits` bits");
 
   using code_type = typename Quantizer::code_type;
+  using meta_type = typename Quantizer::meta;
+  static constexpr unsigned code_bits = Quantizer::bits;
 
  public:
   using partitioner = Partitioner;
@@ -87,6 +96,9 @@ class compressor {
     // false: compress rejects NaN/inf gradients and decoding rejects frames carrying them.
     // true (default): they travel like any value, so mixed-precision loss scaling sees them.
     bool allow_non_finite = true;
+    // Key of the counter-based randomness (stochastic rounding): the same seed on every rank
+    // and both backends gives the same bits.
+    std::uint32_t seed = 0;
   };
 
   compressor() = default;
@@ -99,6 +111,8 @@ class compressor {
     if (auto s = Partitioner::validate(cfg_.partition); !s) return s;
     if (auto s = Sparsifier::validate(cfg_.sparsify); !s) return s;
     if (auto s = Quantizer::validate(cfg_.quantize); !s) return s;
+    if (Quantizer::group_size(cfg_.quantize) > max_group_size)
+      return {errc::invalid_argument, "quantizer groups hold at most max_group_size (4096) values"};
     return Feedback::validate(cfg_.feedback);
   }
 
@@ -118,7 +132,7 @@ class compressor {
     return Partitioner::chunk_at(cfg_.partition, n, sizeof(T), i);
   }
   std::size_t max_frame_bytes(std::size_t chunk_elements) const {
-    return frame_layout(Sparsifier::kept(cfg_.sparsify, chunk_elements), chunk_elements).frame_bytes();
+    return frame_layout(cfg_, Sparsifier::kept(cfg_.sparsify, chunk_elements), chunk_elements).frame_bytes();
   }
   template <gradient_element T>
   std::size_t max_payload_bytes(std::size_t n) const {
@@ -206,7 +220,7 @@ class compressor {
       return {errc::size_mismatch, "frame chunk differs from the receiver's plan"};
     if (dense && h.kept_count != h.dense_count) return {errc::bad_header, "dense frame keeps fewer than all elements"};
     // kept <= dense <= n here, so the sizes below cannot overflow.
-    const frame::header expect = frame_layout(h.kept_count, h.dense_count);
+    const frame::header expect = frame_layout(c, h.kept_count, h.dense_count);
     if (h.meta_bytes != expect.meta_bytes || h.index_bytes != expect.index_bytes || h.value_bytes != expect.value_bytes)
       return {errc::bad_header, "section sizes do not match the kept count"};
     return {};
@@ -219,20 +233,27 @@ class compressor {
     return {};
   }
 
+  // Groups of sent values in a frame sending `kept` values (0 for ungrouped quantizers).
+  GRADCOMP_HD static std::size_t group_count(const typename Quantizer::config& qc, std::size_t kept) {
+    const std::size_t g = Quantizer::group_size(qc);
+    return g == 0 ? 0 : (kept + g - 1) / g;
+  }
+
   // Section sizes (no codec id) of a frame keeping `kept` of `count` elements.
-  GRADCOMP_HD static frame::header frame_layout(std::size_t kept, std::size_t count) {
+  GRADCOMP_HD static frame::header frame_layout(const config& c, std::size_t kept, std::size_t count) {
     frame::header h;
     h.dense_count = count;
     h.kept_count = Sparsifier::is_dense ? count : kept;
     h.indices = Sparsifier::is_dense ? frame::index_format::none : frame::index_format::u32_list;
     h.index_bytes = Sparsifier::is_dense ? 0 : 4 * h.kept_count;
-    h.value_bytes = packed_bytes(h.kept_count, Quantizer::bits);
+    h.meta_bytes = group_count(c.quantize, h.kept_count) * Quantizer::meta_bytes;
+    h.value_bytes = packed_bytes(h.kept_count, code_bits);
     return h;
   }
 
   // Header (codec id and section sizes) of a frame keeping `kept` of `count` elements.
   frame::header layout(std::size_t kept, std::size_t count) const {
-    frame::header h = frame_layout(kept, count);
+    frame::header h = frame_layout(cfg_, kept, count);
     h.codec_id = codec_id();
     return h;
   }
@@ -254,16 +275,27 @@ class compressor {
     std::byte* out = frame.data();
     frame::write_header(h, out);
     frame::zero_padding(h, out);
-    if constexpr (Sparsifier::is_dense) {  // the body is the values: checksummed as they are written
-      std::uint32_t body_crc = encode_dense(g, e, r.count, out + h.value_offset(), streaming);
-      const std::size_t end = h.value_offset() + h.value_bytes;
-      body_crc = crc32c(std::span<const std::byte>(out + end, align8(end) - end), body_crc);
-      frame::seal(frame.first(h.frame_bytes()), body_crc);
+    if constexpr (Sparsifier::is_dense) {
+      if constexpr (code_bits == 8 * sizeof(code_type)) {
+        if (is_plain_cast()) {  // the body is the values: checksummed as they are written
+          std::uint32_t body_crc = encode_cast(g, e, r.count, out + h.value_offset(), streaming);
+          const std::size_t end = h.value_offset() + h.value_bytes;
+          body_crc = crc32c(std::span<const std::byte>(out + end, align8(end) - end), body_crc);
+          frame::seal(frame.first(h.frame_bytes()), body_crc);
+          return h.frame_bytes();
+        }
+      }
+      encode_dense(g, e, h, out);
     } else {
-      encode_topk(g, e, r.count, h.kept_count, st.workspace, out + h.index_offset(), out + h.value_offset());
-      frame::seal(frame.first(h.frame_bytes()));
+      encode_topk(g, e, h, st.workspace, out);
     }
+    frame::seal(frame.first(h.frame_bytes()));
     return h.frame_bytes();
+  }
+
+  // A quantizer used as a cast: no groups, no randomness (the fused, checksummed fast path).
+  bool is_plain_cast() const {
+    return Quantizer::group_size(cfg_.quantize) == 0 && !Quantizer::stochastic(cfg_.quantize);
   }
 
   static status check_chunk_size(chunk_range r) {
@@ -290,40 +322,106 @@ class compressor {
     return {};
   }
 
-  static void store_code(std::byte* values, std::size_t j, code_type c) {
-    store_le<code_type>(values + j * sizeof(code_type), c);
-  }
-  static code_type load_code(const std::byte* values, std::size_t j) {
-    return load_le<code_type>(values + j * sizeof(code_type));
-  }
-
   // Returns the CRC32C of the value bytes written.
   template <class T>
-  std::uint32_t encode_dense(const T* g, float* e, std::size_t count, std::byte* values, bool streaming) const {
+  std::uint32_t encode_cast(const T* g, float* e, std::size_t count, std::byte* values, bool streaming) const {
     const auto& qc = cfg_.quantize;
     const auto& fc = cfg_.feedback;
+    constexpr meta_type none{};
     if constexpr (Feedback::has_state) {
       return cpu::write_codes<code_type>(
           count,
           [&](std::size_t j) {
             const float x = Feedback::combine(fc, to_float(g[j]), e[j]);
-            const code_type c = Quantizer::encode(qc, x);
-            e[j] = Feedback::remainder(fc, x, Quantizer::decode(qc, c));
+            const code_type c = Quantizer::encode(qc, none, x, 0);
+            e[j] = Feedback::remainder(fc, x, Quantizer::decode(qc, none, c));
             return c;
           },
           values, 0, streaming);
     } else {
-      return cpu::write_codes<code_type>(count, [&](std::size_t j) { return Quantizer::encode(qc, to_float(g[j])); },
-                                         values, 0, streaming);
+      return cpu::write_codes<code_type>(
+          count, [&](std::size_t j) { return Quantizer::encode(qc, none, to_float(g[j]), 0); }, values, 0, streaming);
+    }
+  }
+
+  // Values per block of encode_values() when the quantizer has no groups.
+  static constexpr std::size_t ungrouped_block = 1024;
+
+  // Encodes the sent values x_m, m < h.kept_count, a block at a time (a group, or
+  // ungrouped_block values): load(m0, n, xs) puts x_m0 .. x_m0+n-1 in xs; keep(m0, n, xs,
+  // decoded) gets them back with their decoded values, for the feedback. Writes each group's
+  // meta and the packed codes into frame f.
+  template <class Load, class Keep>
+  void encode_values(const frame::header& h, std::byte* f, Load&& load, Keep&& keep) const {
+    const auto& qc = cfg_.quantize;
+    const std::size_t gs = Quantizer::group_size(qc), block = gs ? gs : ungrouped_block;
+    const bool stochastic = Quantizer::stochastic(qc);
+    std::byte* meta = f + h.meta_offset();
+    alignas(64) float xs[max_group_size];
+    alignas(64) float decoded[max_group_size];
+    alignas(64) code_type codes[max_group_size];
+    alignas(64) std::uint32_t random[max_group_size + 4];
+    code_writer<code_bits> writer(f + h.value_offset());
+    cpu::run_best([&]() GRADCOMP_LOOP_BODY {
+      for (std::size_t m0 = 0; m0 < h.kept_count; m0 += block) {
+        const std::size_t n = std::min<std::size_t>(block, h.kept_count - m0);
+        load(m0, n, xs);
+        const meta_type mt = gs ? Quantizer::fit(qc, xs, n) : meta_type{};
+        if (gs) Quantizer::store_meta(mt, meta + m0 / gs * Quantizer::meta_bytes);
+        if (stochastic) {
+          fill_random(random, m0, n, h.chunk_id, h.step);
+          for (std::size_t i = 0; i < n; ++i) codes[i] = Quantizer::encode(qc, mt, xs[i], random[i]);
+        } else {
+          for (std::size_t i = 0; i < n; ++i) codes[i] = Quantizer::encode(qc, mt, xs[i], 0);
+        }
+        if constexpr (Feedback::has_state) {
+          for (std::size_t i = 0; i < n; ++i) decoded[i] = Quantizer::decode(qc, mt, codes[i]);
+          keep(m0, n, xs, decoded);
+        }
+        writer.put(codes, n);
+      }
+    });
+    writer.finish();
+  }
+
+  // random[i] = philox_at(seed, step, chunk, quantizer, m0 + i) for i < n (may write up to
+  // 3 entries more when m0 is not a multiple of 4).
+  void fill_random(std::uint32_t* random, std::size_t m0, std::size_t n, std::uint32_t chunk, std::uint64_t step) const {
+    const std::size_t q0 = m0 / 4, skip = m0 % 4;
+    for (std::size_t q = q0; 4 * q < m0 + n; ++q) {
+      const philox_u32x4 r = philox4x32_10(
+          {{static_cast<std::uint32_t>(q), static_cast<std::uint32_t>(static_cast<std::uint64_t>(q) >> 32), chunk,
+            static_cast<std::uint32_t>(random_stream::quantizer)}},
+          cfg_.seed, static_cast<std::uint32_t>(step));
+      for (std::size_t lane = 0; lane < 4; ++lane) {
+        const std::size_t at = 4 * (q - q0) + lane;
+        if (at >= skip) random[at - skip] = r.v[lane];
+      }
     }
   }
 
   template <class T>
-  void encode_topk(const T* g, float* e, std::size_t count, std::size_t k, std::span<std::byte> workspace,
-                   std::byte* indices, std::byte* values) const {
-    const auto& qc = cfg_.quantize;
+  void encode_dense(const T* g, float* e, const frame::header& h, std::byte* f) const {
     const auto& fc = cfg_.feedback;
-    cpu::topk_selector select(workspace, count, k);
+    encode_values(
+        h, f,
+        [&](std::size_t m0, std::size_t n, float* xs) {
+          if constexpr (Feedback::has_state) {
+            for (std::size_t i = 0; i < n; ++i) xs[i] = Feedback::combine(fc, to_float(g[m0 + i]), e[m0 + i]);
+          } else {
+            for (std::size_t i = 0; i < n; ++i) xs[i] = to_float(g[m0 + i]);
+          }
+        },
+        [&](std::size_t m0, std::size_t n, const float* xs, const float* decoded) {
+          for (std::size_t i = 0; i < n; ++i) e[m0 + i] = Feedback::remainder(fc, xs[i], decoded[i]);
+        });
+  }
+
+  template <class T>
+  void encode_topk(const T* g, float* e, const frame::header& h, std::span<std::byte> workspace, std::byte* f) const {
+    const auto& fc = cfg_.feedback;
+    std::byte* indices = f + h.index_offset();
+    cpu::topk_selector select(workspace, h.dense_count, h.kept_count);
     if constexpr (Feedback::has_state) {  // x = g + e is computed and stored during the scan
       select.select([&](std::size_t j) { return abs_key(Feedback::combine(fc, to_float(g[j]), e[j])); },
                     [&](std::size_t j) {
@@ -335,26 +433,35 @@ class compressor {
       const auto key = [&](std::size_t j) { return abs_key(to_float(g[j])); };
       select.select(key, key, key, indices);
     }
+    const auto index = [&](std::size_t m) { return load_le<std::uint32_t>(indices + 4 * m); };
     constexpr std::size_t ahead = 32;  // kept elements are scattered: keep many loads in flight
-    for (std::size_t m = 0; m < k; ++m) {
-      if (m + ahead < k) {
-        const std::uint32_t next = load_le<std::uint32_t>(indices + 4 * (m + ahead));
-        if constexpr (Feedback::has_state) {
-          GRADCOMP_PREFETCH(e + next);
-        } else {
-          GRADCOMP_PREFETCH(g + next);
-        }
-      }
-      const std::uint32_t j = load_le<std::uint32_t>(indices + 4 * m);
-      const float x = Feedback::has_state ? e[j] : to_float(g[j]);
-      const code_type c = Quantizer::encode(qc, x);
-      store_code(values, m, c);
-      if constexpr (Feedback::has_state) e[j] = Feedback::remainder(fc, x, Quantizer::decode(qc, c));
-    }
+    encode_values(
+        h, f,
+        [&](std::size_t m0, std::size_t n, float* xs) {
+          for (std::size_t i = 0; i < n; ++i) {
+            const std::size_t m = m0 + i;
+            if (m + ahead < h.kept_count) {
+              if constexpr (Feedback::has_state) {
+                GRADCOMP_PREFETCH(e + index(m + ahead));
+              } else {
+                GRADCOMP_PREFETCH(g + index(m + ahead));
+              }
+            }
+            xs[i] = Feedback::has_state ? e[index(m)] : to_float(g[index(m)]);
+          }
+        },
+        [&](std::size_t m0, std::size_t n, const float* xs, const float* decoded) {
+          for (std::size_t i = 0; i < n; ++i) e[index(m0 + i)] = Feedback::remainder(fc, xs[i], decoded[i]);
+        });
+  }
+
+  // Meta of group q of frame f (validated by check_frame before use).
+  meta_type group_meta(const frame::header& h, const std::byte* f, std::size_t q) const {
+    return Quantizer::load_meta(f + h.meta_offset() + q * Quantizer::meta_bytes);
   }
 
   // Checks a parsed frame against this compressor's config and a buffer of n elements, then
-  // its indices and (when forbidden) non-finite values.
+  // its indices, group metadata and (when forbidden) non-finite values.
   status check_frame(const frame::header& h, const std::byte* f, std::size_t n) const {
     if (auto s = check_frame_header(cfg_, codec_id(), h, n); !s) return s;
     if constexpr (!Sparsifier::is_dense) {
@@ -366,11 +473,17 @@ class compressor {
         previous = j;
       }
     }
+    const auto& qc = cfg_.quantize;
+    for (std::size_t q = 0, groups = group_count(qc, h.kept_count); q < groups; ++q)
+      if (auto s = Quantizer::check_meta(qc, group_meta(h, f, q)); !s) return s;
     if (!cfg_.allow_non_finite) {
       const std::byte* values = f + h.value_offset();
-      for (std::size_t m = 0; m < h.kept_count; ++m)
-        if (!is_finite_bits(float_bits(Quantizer::decode(cfg_.quantize, load_code(values, m)))))
+      const std::size_t gs = Quantizer::group_size(qc);
+      for (std::size_t m = 0; m < h.kept_count; ++m) {
+        const meta_type mt = gs ? group_meta(h, f, m / gs) : meta_type{};
+        if (!is_finite_bits(float_bits(Quantizer::decode(qc, mt, load_code<code_type, code_bits>(values, m)))))
           return {errc::non_finite_value, "frame carries NaN or inf"};
+      }
     }
     return {};
   }
@@ -380,25 +493,30 @@ class compressor {
     const auto& qc = cfg_.quantize;
     T* region = out + h.element_offset;
     const std::byte* values = f + h.value_offset();
-    if constexpr (Sparsifier::is_dense) {
-      cpu::run_best([&]() GRADCOMP_LOOP_BODY {
-        if (add) {
-          for (std::size_t j = 0; j < h.dense_count; ++j)
-            region[j] = from_float<T>(canonical_nan(to_float(region[j]) + Quantizer::decode(qc, load_code(values, j))));
+    const std::size_t gs = Quantizer::group_size(qc), block = gs ? gs : h.kept_count;
+    if (!Sparsifier::is_dense && !add)
+      for (std::size_t j = 0; j < h.dense_count; ++j) region[j] = from_float<T>(0.0f);
+    const auto put = [&](std::size_t j, float v) {
+      region[j] = from_float<T>(add ? canonical_nan(to_float(region[j]) + v) : v);
+    };
+    cpu::run_best([&]() GRADCOMP_LOOP_BODY {
+      for (std::size_t m0 = 0; m0 < h.kept_count; m0 += block) {
+        const meta_type mt = gs ? group_meta(h, f, m0 / gs) : meta_type{};
+        const std::size_t end = std::min<std::size_t>(h.kept_count, m0 + block);
+        if constexpr (Sparsifier::is_dense) {
+          if (add) {
+            for (std::size_t j = m0; j < end; ++j)
+              region[j] = from_float<T>(canonical_nan(to_float(region[j]) + Quantizer::decode(qc, mt, load_code<code_type, code_bits>(values, j))));
+          } else {
+            for (std::size_t j = m0; j < end; ++j) region[j] = from_float<T>(Quantizer::decode(qc, mt, load_code<code_type, code_bits>(values, j)));
+          }
         } else {
-          for (std::size_t j = 0; j < h.dense_count; ++j) region[j] = from_float<T>(Quantizer::decode(qc, load_code(values, j)));
+          const std::byte* idx = f + h.index_offset();
+          for (std::size_t m = m0; m < end; ++m)
+            put(load_le<std::uint32_t>(idx + 4 * m), Quantizer::decode(qc, mt, load_code<code_type, code_bits>(values, m)));
         }
-      });
-    } else {
-      const std::byte* idx = f + h.index_offset();
-      if (!add)
-        for (std::size_t j = 0; j < h.dense_count; ++j) region[j] = from_float<T>(0.0f);
-      for (std::size_t m = 0; m < h.kept_count; ++m) {
-        const std::uint32_t j = load_le<std::uint32_t>(idx + 4 * m);
-        const float v = Quantizer::decode(qc, load_code(values, m));
-        region[j] = from_float<T>(add ? canonical_nan(to_float(region[j]) + v) : v);
       }
-    }
+    });
   }
 
   template <class T>

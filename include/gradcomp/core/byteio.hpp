@@ -62,4 +62,78 @@ GRADCOMP_HD inline std::uint32_t unpack_bits_at(const std::byte* in, std::size_t
   return static_cast<std::uint32_t>(acc & (bits == 32 ? 0xffffffffull : (1ull << bits) - 1u));
 }
 
+// Code i of a section of Bits-bit codes packed as by pack_bits (byte-sized codes are
+// little-endian values).
+template <class Code, unsigned Bits>
+GRADCOMP_HD inline Code load_code(const std::byte* in, std::size_t i) {
+  static_assert(Bits >= 1 && Bits <= 8 * sizeof(Code));
+  if constexpr (Bits == 8 * sizeof(Code)) {
+    return load_le<Code>(in + i * sizeof(Code));
+  } else if constexpr (8 % Bits == 0) {
+    return static_cast<Code>((static_cast<unsigned>(in[i * Bits / 8]) >> (i * Bits % 8)) & ((1u << Bits) - 1u));
+  } else {
+    return static_cast<Code>(unpack_bits_at(in, i, Bits));
+  }
+}
+
+// Host writer of a stream of Bits-bit codes, packed as by pack_bits, appended a block at a
+// time (blocks need not end on a byte boundary). finish() writes the last partial byte.
+template <unsigned Bits>
+class code_writer {
+ public:
+  explicit code_writer(std::byte* out) : out_(out) {}
+
+  template <class Code>
+  void put(const Code* codes, std::size_t n) {
+    static_assert(Bits >= 1 && Bits <= 8 * sizeof(Code));
+    if constexpr (Bits == 8 * sizeof(Code)) {
+      std::memcpy(out_, codes, n * sizeof(Code));
+      out_ += n * sizeof(Code);
+    } else {
+      put_packed(codes, n);
+    }
+  }
+
+  void finish() {
+    if (filled_) *out_ = static_cast<std::byte>(acc_ & 0xffu);
+    acc_ = 0;
+    filled_ = 0;
+  }
+
+ private:
+  static constexpr std::uint64_t mask = Bits == 64 ? ~0ull : (1ull << Bits) - 1u;
+
+  template <class Code>
+  void put_packed(const Code* codes, std::size_t n) {
+    std::size_t i = 0;
+    if constexpr (8 % Bits == 0) {
+      constexpr std::size_t per_byte = 8 / Bits;
+      for (; filled_ != 0 && i < n; ++i) put_one(codes[i]);
+      const std::size_t whole = (n - i) / per_byte;
+      for (std::size_t b = 0; b < whole; ++b) {  // a vectorisable loop: one byte from per_byte codes
+        unsigned byte = 0;
+        for (std::size_t k = 0; k < per_byte; ++k) byte |= (static_cast<unsigned>(codes[i + b * per_byte + k]) & mask) << (k * Bits);
+        out_[b] = static_cast<std::byte>(byte);
+      }
+      out_ += whole;
+      i += whole * per_byte;
+    }
+    for (; i < n; ++i) put_one(codes[i]);
+  }
+
+  void put_one(std::uint64_t code) {
+    acc_ |= (code & mask) << filled_;
+    filled_ += Bits;
+    while (filled_ >= 8) {
+      *out_++ = static_cast<std::byte>(acc_ & 0xffu);
+      acc_ >>= 8;
+      filled_ -= 8;
+    }
+  }
+
+  std::byte* out_;
+  std::uint64_t acc_ = 0;
+  unsigned filled_ = 0;
+};
+
 }  // namespace gradcomp

@@ -7,6 +7,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "config.hpp"
 #include "status.hpp"
 
 namespace gradcomp {
@@ -52,31 +53,67 @@ concept sparsifier_members = requires(const typename S::config& c, std::size_t n
 template <class S>
 concept sparsifier_policy = has_policy_kind<S, sparsifier_tag> && has_validate<S> && sparsifier_members<S>;
 
-// --- Quantizer: how each sent value becomes a code, and back.
+// --- Quantizer: how the sent values of a chunk become codes, and back.
+// Values are encoded in groups of group_size(c) consecutive sent values (the last group of a
+// chunk may be shorter); group_size 0 means no groups. fit() computes a group's `meta`
+// (scales) from its values; meta travels in meta_bytes bytes per group. encode() maps one
+// value to a code of `bits` bits, given a uniform 32-bit random number when stochastic(c).
+// Largest group a quantizer may use (a group's statistics are reduced in one block).
+inline constexpr std::size_t max_group_size = 4096;
+
 template <class Q>
 concept quantizer_codes = requires { typename Q::code_type; } && std::unsigned_integral<typename Q::code_type> &&
                           requires {
                             { Q::bits } -> std::convertible_to<unsigned>;
                           };
 template <class Q>
-concept quantizer_encode = has_config<Q> && quantizer_codes<Q> && requires(const typename Q::config& c, float x) {
-  { Q::encode(c, x) } -> std::same_as<typename Q::code_type>;
-};
+concept quantizer_groups = has_config<Q> && requires { typename Q::meta; } &&
+                           requires(const typename Q::config& c, const float* x, std::size_t n,
+                                    const typename Q::meta& m, std::byte* out, const std::byte* in) {
+                             { Q::meta_bytes } -> std::convertible_to<std::size_t>;
+                             { Q::group_size(c) } -> std::same_as<std::size_t>;
+                             { Q::fit(c, x, n) } -> std::same_as<typename Q::meta>;
+                             { Q::store_meta(m, out) } -> std::same_as<void>;
+                             { Q::load_meta(in) } -> std::same_as<typename Q::meta>;
+                             { Q::check_meta(c, m) } -> std::same_as<status>;
+                           };
 template <class Q>
-concept quantizer_decode = has_config<Q> && quantizer_codes<Q> &&
-                           requires(const typename Q::config& c, typename Q::code_type code) {
-                             { Q::decode(c, code) } -> std::same_as<float>;
+concept quantizer_encode = has_config<Q> && quantizer_codes<Q> && quantizer_groups<Q> &&
+                           requires(const typename Q::config& c, const typename Q::meta& m, float x, std::uint32_t u) {
+                             { Q::encode(c, m, x, u) } -> std::same_as<typename Q::code_type>;
+                           };
+template <class Q>
+concept quantizer_decode = has_config<Q> && quantizer_codes<Q> && quantizer_groups<Q> &&
+                           requires(const typename Q::config& c, const typename Q::meta& m, typename Q::code_type code) {
+                             { Q::decode(c, m, code) } -> std::same_as<float>;
                            };
 template <class Q>
 concept quantizer_traits = has_config<Q> && requires(const typename Q::config& c) {
   { Q::id } -> std::convertible_to<std::uint8_t>;
-  { Q::unbiased } -> std::convertible_to<bool>;
+  { Q::unbiased(c) } -> std::same_as<bool>;
   { Q::summable } -> std::convertible_to<bool>;
+  { Q::stochastic(c) } -> std::same_as<bool>;
   { Q::format_param(c) } -> std::same_as<std::uint16_t>;
 };
 template <class Q>
 concept quantizer_policy = has_policy_kind<Q, quantizer_tag> && has_validate<Q> && quantizer_codes<Q> &&
-                    quantizer_encode<Q> && quantizer_decode<Q> && quantizer_traits<Q>;
+                           quantizer_groups<Q> && quantizer_encode<Q> && quantizer_decode<Q> && quantizer_traits<Q>;
+
+// Defaults for quantizers without groups or randomness (casts): derive and add encode/decode.
+struct ungrouped_quantizer {
+  using policy_kind = quantizer_tag;
+  struct meta {};
+  static constexpr std::size_t meta_bytes = 0;
+  struct config {};
+  static constexpr status validate(const config&) { return {}; }
+  static constexpr std::uint16_t format_param(const config&) { return 0; }
+  GRADCOMP_HD static constexpr bool stochastic(const config&) { return false; }
+  GRADCOMP_HD static constexpr std::size_t group_size(const config&) { return 0; }
+  GRADCOMP_HD static constexpr meta fit(const config&, const float*, std::size_t) { return {}; }
+  GRADCOMP_HD static constexpr void store_meta(const meta&, std::byte*) {}
+  GRADCOMP_HD static constexpr meta load_meta(const std::byte*) { return {}; }
+  GRADCOMP_HD static constexpr status check_meta(const config&, const meta&) { return {}; }
+};
 
 // --- Feedback: what happens to what was not sent.
 template <class F>

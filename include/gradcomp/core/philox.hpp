@@ -3,8 +3,9 @@
 // a counter-based generator, so any element's random number is computed directly from
 // (key, counter) in any order, on any backend, with the same result.
 //
-// gradcomp's convention (docs/design.md): key = {seed, step}, counter = {element index low,
-// element index high, chunk id, stream}, where stream separates independent uses.
+// gradcomp's convention (docs/design.md): key = {seed, low 32 bits of step}, counter =
+// {m / 4 low, m / 4 high, chunk id, stream}; value m of a chunk takes lane m % 4 of the
+// result, and the stream separates independent uses within a step.
 
 #include <cstdint>
 
@@ -36,6 +37,21 @@ GRADCOMP_HD inline philox_u32x4 philox4x32_10(philox_u32x4 ctr, std::uint32_t ke
     key1 += w1;
   }
   return ctr;
+}
+
+enum class random_stream : std::uint32_t {
+  quantizer = 1,   // stochastic rounding of the sent values
+  sparsifier = 2,  // sampling and random selection
+};
+
+// The 32-bit random number of value m of a chunk (see the convention above).
+GRADCOMP_HD inline std::uint32_t philox_at(std::uint32_t seed, std::uint64_t step, std::uint32_t chunk,
+                                           random_stream stream, std::uint64_t m) {
+  const std::uint64_t q = m / 4;
+  const philox_u32x4 r = philox4x32_10({{static_cast<std::uint32_t>(q), static_cast<std::uint32_t>(q >> 32), chunk,
+                                         static_cast<std::uint32_t>(stream)}},
+                                       seed, static_cast<std::uint32_t>(step));
+  return r.v[m % 4];
 }
 
 // The 24 high bits of u as a float in [0, 1); exact, no rounding involved.

@@ -21,8 +21,9 @@ enum class errc : std::uint8_t {
   count_too_large,      // kept count or section size larger than the dense count allows
   index_out_of_range,   // a sparse index is >= the chunk's element count
   index_not_ascending,  // sparse indices are not strictly ascending
-  non_finite_value,     // NaN or infinity where the config forbids it
+  non_finite_value,     // NaN or infinity where the config forbids it, or as a group scale
   device_error,         // the accelerator runtime reported a failure (detail: its message)
+  bad_meta,             // group metadata (a scale, a breakpoint) outside its valid range
 };
 
 GRADCOMP_HD constexpr const char* to_string(errc e) {
@@ -41,6 +42,7 @@ GRADCOMP_HD constexpr const char* to_string(errc e) {
     case errc::index_out_of_range: return "sparse index out of range";
     case errc::index_not_ascending: return "sparse indices not strictly ascending";
     case errc::non_finite_value: return "non-finite value";
+    case errc::bad_meta: return "bad group metadata";
     case errc::device_error: return "device runtime error";
   }
   return "unknown error";

@@ -51,12 +51,15 @@ struct traits<compressor<P, S, Q, F>> {
   static constexpr unsigned code_bytes = sizeof(code_type);
   static constexpr bool dense = S::is_dense;
   static constexpr bool has_state = F::has_state;
+  // This backend runs ungrouped quantizers with byte-sized codes (the casts) so far.
+  static_assert(Q::meta_bytes == 0 && Q::bits == 8 * sizeof(code_type),
+                "gradcomp::cuda: grouped or bit-packed quantizers do not run on the GPU yet");
 };
 
 // Section sizes of a frame keeping `kept` of `count` elements.
 template <class C>
 GRADCOMP_HD frame::header section_layout(std::uint64_t kept, std::uint64_t count) {
-  return C::frame_layout(kept, count);
+  return C::frame_layout(typename C::config{}, kept, count);  // ungrouped: no config value matters
 }
 
 // One chunk of the compression plan.
@@ -291,9 +294,9 @@ __global__ void __launch_bounds__(threads) encode_dense_kernel(compress_args<C, 
       for (unsigned k = 0; k < unroll; ++k) {
         const std::uint32_t i = base + k * threads + threadIdx.x;
         if (i < count) {
-          const auto code = Q::encode(qc, x[k]);
+          const auto code = Q::encode(qc, {}, x[k], 0);
           put_code(stage, i, code);
-          if constexpr (tr::has_state) e[i] = F::remainder(fc, x[k], Q::decode(qc, code));
+          if constexpr (tr::has_state) e[i] = F::remainder(fc, x[k], Q::decode(qc, {}, code));
         }
       }
     }
@@ -481,9 +484,9 @@ __global__ void __launch_bounds__(threads) encode_sparse_kernel(compress_args<C,
       for (std::uint32_t i = threadIdx.x; i < data / tr::code_bytes; i += threads) {
         const std::uint64_t j = p.offset + idx[m0 + i];
         const float x = tr::has_state ? a.residual[j] : to_float(a.grad[j]);
-        const auto code = Q::encode(qc, x);
+        const auto code = Q::encode(qc, {}, x, 0);
         put_code(stage, i, code);
-        if constexpr (tr::has_state) a.residual[j] = F::remainder(fc, x, Q::decode(qc, code));
+        if constexpr (tr::has_state) a.residual[j] = F::remainder(fc, x, Q::decode(qc, {}, code));
       }
     }
     __syncthreads();
@@ -676,7 +679,7 @@ __global__ void __launch_bounds__(threads) check_kernel(decode_args<C, T> a) {
         for (std::uint64_t b = max_u64(begin, v0) + tr::code_bytes * threadIdx.x; b < min_u64(end, v1);
              b += tr::code_bytes * threads) {
           const auto code = get_code<typename tr::code_type>(stage, static_cast<std::uint32_t>((b - begin) / tr::code_bytes));
-          if (!is_finite_bits(float_bits(Q::decode(a.cfg.quantize, code)))) non_finite = 1;
+          if (!is_finite_bits(float_bits(Q::decode(a.cfg.quantize, {}, code)))) non_finite = 1;
         }
       }
     }
@@ -732,7 +735,7 @@ __device__ void apply_range(const decode_args<C, T>& a, const frame_entry& e, st
       for (unsigned k = 0; k < unroll; ++k) {
         const std::uint64_t j = base + k * threads + threadIdx.x;
         if (j < j1) {
-          v[k] = Q::decode(qc, codes[j]);
+          v[k] = Q::decode(qc, {}, codes[j]);
           o[k] = a.add ? to_float(region[j]) : 0.0f;
         }
       }
@@ -763,7 +766,7 @@ __device__ void apply_range(const decode_args<C, T>& a, const frame_entry& e, st
     const std::uint64_t m0 = sh[0], m1 = sh[1];
     for (std::uint64_t m = m0 + threadIdx.x; m < m1; m += threads) {
       const std::uint32_t j = idx[m];
-      const float v = Q::decode(qc, codes[m]);
+      const float v = Q::decode(qc, {}, codes[m]);
       region[j] = from_float<T>(a.add ? canonical_nan(to_float(region[j]) + v) : v);
     }
   }
@@ -879,6 +882,8 @@ status compress(const C& comp, const executor& ex, std::span<const T> grad, cons
   using tr = detail::traits<C>;
   const std::size_t n = grad.size();
   if (auto s = comp.validate(); !s) return s;
+  if (tr::quantizer::stochastic(comp.get_config().quantize))
+    return {errc::invalid_argument, "stochastic quantizers do not run on the GPU yet"};
   if (auto s = detail::check_state<C, T>(comp, n, st); !s) return s;
   if (comp.template chunk_count<T>(n) > 0xffffffffu) return {errc::invalid_argument, "more than 2^32 chunks"};
   if (payload.size() < comp.template max_payload_bytes<T>(n))

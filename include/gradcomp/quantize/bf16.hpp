@@ -11,19 +11,15 @@
 
 namespace gradcomp::quantize {
 
-struct bf16 {
-  using policy_kind = quantizer_tag;
-  struct config {};
+struct bf16 : ungrouped_quantizer {
   using code_type = std::uint16_t;
   static constexpr unsigned bits = 16;
   static constexpr std::uint8_t id = 2;
-  static constexpr bool unbiased = false;
+  static constexpr bool unbiased(const config&) { return false; }
   static constexpr bool summable = true;
 
-  static constexpr status validate(const config&) { return {}; }
-  static constexpr std::uint16_t format_param(const config&) { return 0; }
-  GRADCOMP_HD static code_type encode(const config&, float x) { return bf16_bits_from_float(x); }
-  GRADCOMP_HD static float decode(const config&, code_type c) { return float_from_bf16_bits(c); }
+  GRADCOMP_HD static code_type encode(const config&, const meta&, float x, std::uint32_t) { return bf16_bits_from_float(x); }
+  GRADCOMP_HD static float decode(const config&, const meta&, code_type c) { return float_from_bf16_bits(c); }
 };
 
 }  // namespace gradcomp::quantize

@@ -8,19 +8,15 @@
 
 namespace gradcomp::quantize {
 
-struct none {
-  using policy_kind = quantizer_tag;
-  struct config {};
+struct none : ungrouped_quantizer {
   using code_type = std::uint32_t;
   static constexpr unsigned bits = 32;
   static constexpr std::uint8_t id = 1;
-  static constexpr bool unbiased = true;
+  static constexpr bool unbiased(const config&) { return true; }
   static constexpr bool summable = true;
 
-  static constexpr status validate(const config&) { return {}; }
-  static constexpr std::uint16_t format_param(const config&) { return 0; }
-  GRADCOMP_HD static code_type encode(const config&, float x) { return float_bits(x); }
-  GRADCOMP_HD static float decode(const config&, code_type c) { return bits_float(c); }
+  GRADCOMP_HD static code_type encode(const config&, const meta&, float x, std::uint32_t) { return float_bits(x); }
+  GRADCOMP_HD static float decode(const config&, const meta&, code_type c) { return bits_float(c); }
 };
 
 }  // namespace gradcomp::quantize

@@ -1,0 +1,45 @@
+#pragma once
+// Pieces shared by the grouped quantizers: the group size rule, its place in the codec id,
+// the rounding choice and the scale checks for metadata read from a frame.
+
+#include <cstddef>
+#include <cstdint>
+
+#include "../core/bits.hpp"
+#include "../core/concepts.hpp"
+#include "../core/status.hpp"
+
+namespace gradcomp::quantize {
+
+enum class rounding : std::uint8_t {
+  nearest,     // round to nearest, ties to even: deterministic, biased by at most half a step
+  stochastic,  // up with probability equal to the fraction: unbiased (Philox random numbers)
+};
+
+// Group sizes are powers of two in [1, max_group_size], so log2 fits 4 bits of the codec id.
+GRADCOMP_HD constexpr bool valid_group_size(std::size_t g) {
+  return g >= 1 && g <= max_group_size && (g & (g - 1)) == 0;
+}
+
+inline status check_group_size(std::size_t g) {
+  if (!valid_group_size(g)) return {errc::invalid_argument, "quantizer group size must be a power of two in [1, 4096]"};
+  return {};
+}
+
+// The group size in the top 4 bits of a format parameter: log2(g) << 12.
+constexpr std::uint16_t group_param(std::size_t g) {
+  unsigned log2 = 0;
+  while ((std::size_t{1} << log2) < g) ++log2;
+  return static_cast<std::uint16_t>(log2 << 12);
+}
+
+// A scale read from a frame: finite, not negative (+0 allowed: an all-zero group), and
+// `levels * scale` finite, so no code decodes to infinity.
+GRADCOMP_HD inline status check_scale(float scale, float levels) {
+  if (!is_finite_bits(float_bits(scale)) || !is_finite_bits(float_bits(scale * levels)))
+    return {errc::non_finite_value, "group scale is NaN or inf (the sender's gradient held non-finite values)"};
+  if (float_bits(scale) >> 31) return {errc::bad_meta, "group scale is negative"};
+  return {};
+}
+
+}  // namespace gradcomp::quantize

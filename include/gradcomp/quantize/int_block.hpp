@@ -1,0 +1,135 @@
+#pragma once
+// quantize::int_block<Bits, Range>: Bits-bit integers (8, 4 or 2) with one scale per group of
+// `group` consecutive sent values (default 128; ZeRO++ and CGX quantize in blocks this way).
+//
+//   symmetric  (absmax, ZeRO++):  L = 2^(Bits-1) - 1, s = max|x| / L,
+//              q = round(x / s) in [-L, L], code = q + L,        decoded = q * s
+//   asymmetric (min-max, CGX):    Q = 2^Bits - 1, s = max/Q - min/Q, lo = min,
+//              q = round((x - lo) / s) in [0, Q], code = q,      decoded = lo + q * s
+//
+// Rounding (config): nearest, ties to even, with |x - decoded| <= s/2 + 2^-20 max|x| (the
+// second term covers the float arithmetic: x / s is computed as x * (1/s)); or stochastic
+// (floor or ceiling, up with probability equal to the fraction, Philox random numbers keyed by
+// seed and step), unbiased to within 2^-24 s, |x - decoded| < s + 2^-20 max|x|.
+// An all-zero group has s = 0 and decodes to zeros. Metadata per group: f32 s
+// (symmetric), f32 s then f32 lo (asymmetric). A group holding NaN or infinity gets a
+// non-finite scale, and receivers reject the frame with errc::non_finite_value; so does an
+// asymmetric group whose range max - min exceeds the float range.
+// Not summable: each rank's scales differ (the agreed-scale path is a later codec).
+
+#include <cstddef>
+#include <cstdint>
+
+#include "../core/bits.hpp"
+#include "../core/byteio.hpp"
+#include "../core/concepts.hpp"
+#include "../core/reduce.hpp"
+#include "../core/rounding.hpp"
+#include "group.hpp"
+
+namespace gradcomp::quantize {
+
+enum class int_range : std::uint8_t {
+  symmetric = 0,   // [-max|x|, max|x|], zero exact
+  asymmetric = 1,  // [min x, max x], one more level, 8 metadata bytes per group
+};
+
+template <unsigned Bits, int_range Range = int_range::symmetric>
+struct int_block {
+  static_assert(Bits == 2 || Bits == 4 || Bits == 8, "int_block: Bits must be 8, 4 or 2");
+  using policy_kind = quantizer_tag;
+  struct config {
+    std::size_t group = 128;  // values per scale: a power of two in [1, 4096]
+    rounding round = rounding::nearest;
+  };
+  struct meta {
+    float scale = 0.0f;
+    float lo = 0.0f;   // asymmetric only
+    float inv = 0.0f;  // 1 / scale, or 0 where that overflows (then encode divides); not sent
+  };
+  using code_type = std::uint8_t;
+  static constexpr bool asymmetric = Range == int_range::asymmetric;
+  static constexpr unsigned bits = Bits;
+  static constexpr std::uint8_t id = 6;
+  static constexpr bool summable = false;
+  static constexpr std::size_t meta_bytes = asymmetric ? 8 : 4;
+  // Largest |q| (symmetric) or largest q (asymmetric).
+  static constexpr float levels = asymmetric ? float((1u << Bits) - 1) : float((1u << (Bits - 1)) - 1);
+
+  static status validate(const config& c) { return check_group_size(c.group); }
+  static constexpr std::uint16_t format_param(const config& c) {
+    return static_cast<std::uint16_t>(group_param(c.group) | (asymmetric ? 0x10u : 0u) | Bits);
+  }
+  static constexpr bool unbiased(const config& c) { return c.round == rounding::stochastic; }
+  GRADCOMP_HD static bool stochastic(const config& c) { return c.round == rounding::stochastic; }
+  GRADCOMP_HD static std::size_t group_size(const config& c) { return c.group; }
+
+  GRADCOMP_HD static meta fit(const config&, const float* x, std::size_t n) {
+    meta m;
+    if constexpr (asymmetric) {
+      float lo = x[0], hi = x[0];
+      for (std::size_t i = 1; i < n; ++i) {
+        lo = x[i] < lo ? x[i] : lo;
+        hi = x[i] > hi ? x[i] : hi;
+      }
+      // A NaN anywhere must reach the scale (comparisons above skip it).
+      for (std::size_t i = 0; i < n; ++i) hi = abs_key(x[i]) > 0x7f800000u ? x[i] : hi;
+      m.lo = lo;
+      m.scale = hi / levels - lo / levels;  // no overflow for finite lo, hi
+    } else {
+      m.scale = max_abs(x, n) / levels;
+    }
+    // The largest code must decode to a finite value: near FLT_MAX, s * levels may round up
+    // to infinity; one or two ulps less fixes that (the clamp in encode keeps codes in range).
+    for (int i = 0; i < 2 && m.scale > 0.0f && is_finite_bits(float_bits(m.scale)) &&
+                    !is_finite_bits(float_bits(decode({}, m, asymmetric ? levels : 2 * levels)));
+         ++i)
+      m.scale = bits_float(float_bits(m.scale) - 1);
+    m.inv = inverse(m.scale);
+    return m;
+  }
+
+  GRADCOMP_HD static code_type encode(const config& c, const meta& m, float x, std::uint32_t random) {
+    const float t = asymmetric ? x - m.lo : x;
+    float y = m.inv != 0.0f ? t * m.inv : (m.scale != 0.0f ? t / m.scale : 0.0f);
+    const float low = asymmetric ? 0.0f : -levels;
+    y = y >= low ? y : low;  // also maps NaN (a poisoned group) to a valid code
+    y = y <= levels ? y : levels;
+    const float q = c.round == rounding::stochastic ? round_stochastic(y, random) : round_even(y);
+    return static_cast<code_type>(static_cast<int>(q) + (asymmetric ? 0 : static_cast<int>(levels)));
+  }
+
+  GRADCOMP_HD static float decode(const config&, const meta& m, code_type code) {
+    const float q = static_cast<float>(static_cast<int>(code) - (asymmetric ? 0 : static_cast<int>(levels)));
+    return asymmetric ? m.lo + q * m.scale : q * m.scale;
+  }
+
+  GRADCOMP_HD static void store_meta(const meta& m, std::byte* out) {
+    store_le<std::uint32_t>(out, float_bits(m.scale));
+    if constexpr (asymmetric) store_le<std::uint32_t>(out + 4, float_bits(m.lo));
+  }
+  GRADCOMP_HD static meta load_meta(const std::byte* in) {
+    meta m;
+    m.scale = bits_float(load_le<std::uint32_t>(in));
+    if constexpr (asymmetric) m.lo = bits_float(load_le<std::uint32_t>(in + 4));
+    return m;
+  }
+  GRADCOMP_HD static status check_meta(const config&, const meta& m) {
+    if (auto s = check_scale(m.scale, levels); !s) return s;
+    if constexpr (asymmetric) {
+      if (!is_finite_bits(float_bits(m.lo)) || !is_finite_bits(float_bits(m.lo + levels * m.scale)))
+        return {errc::non_finite_value, "group minimum is NaN or inf, or its range overflows"};
+    }
+    return {};
+  }
+
+ private:
+  // 1 / s where it is finite and non-zero, else 0 (encode then divides, or s is 0).
+  GRADCOMP_HD static float inverse(float s) {
+    if (!(s > 0.0f) || !is_finite_bits(float_bits(s))) return 0.0f;
+    const float r = 1.0f / s;
+    return is_finite_bits(float_bits(r)) ? r : 0.0f;
+  }
+};
+
+}  // namespace gradcomp::quantize
