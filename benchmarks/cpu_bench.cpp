@@ -249,15 +249,15 @@ void compress_bench(benchmark::State& st, std::size_t n, const Codec& c, const s
 // Dense compress, fp32 input. Bytes: read 4n (gradient), write payload; with residual
 // feedback also read 4n and write 4n (the residual).
 template <class Codec>
-void bm_compress(benchmark::State& st, std::size_t n) {
-  compress_bench(st, n, Codec{});
+void bm_compress(benchmark::State& st, std::size_t n, const Codec& c = {}) {
+  compress_bench(st, n, c);
 }
 
 // Dense accumulate into fp32 (out += decoded). Bytes: read the payload, read 4n and write 4n
-// (the fp32 sum). The validation pass (header, CRC32C) re-reads the payload; not counted.
+// (the fp32 sum). The validation pass (header, CRC32C, group metadata) re-reads the payload;
+// not counted. Dense decompress (out = decoded): read the payload, write 4n.
 template <class Codec>
-void bm_accumulate(benchmark::State& st, std::size_t n) {
-  const Codec c{};
+void bm_accumulate(benchmark::State& st, std::size_t n, const Codec& c = {}, bool add = true) {
   const std::vector<float>& g = input(n);
   auto state = c.make_state(n);
   std::vector<std::byte> payload(c.template max_payload_bytes<float>(n));
@@ -271,11 +271,15 @@ void bm_accumulate(benchmark::State& st, std::size_t n) {
   const double payload_bytes = static_cast<double>(*r);
   const double dense = 4.0 * static_cast<double>(n);
   bool ok = true;
-  measure(st, n, payload_bytes + 2 * dense, dense / payload_bytes, [&] {
-    ok &= c.template accumulate<float>(frames, std::span<float>(sum)).ok();
+  measure(st, n, payload_bytes + (add ? 2 : 1) * dense, dense / payload_bytes, [&] {
+    if (add) {
+      ok &= c.template accumulate<float>(frames, std::span<float>(sum)).ok();
+    } else {
+      ok &= c.template decompress<float>(frames, std::span<float>(sum)).ok();
+    }
     benchmark::DoNotOptimize(sum.data());
   });
-  if (!ok) st.SkipWithError("accumulate failed");
+  if (!ok) st.SkipWithError("decoding failed");
 }
 
 // Top-k compress, fp32 input, bf16 values. Bytes: read 4n, write the payload (4k indices + 2k
@@ -370,6 +374,28 @@ void add(const std::string& name, Fn&& fn) {
       ->MinTime(0.2);
 }
 
+// compress, decompress and accumulate rows for a dense quantizer at n = 1e7.
+template <class Q>
+void add_quantizer(const std::string& name, const typename Q::config& qc) {
+  using C = dense_codec<Q, gc::feedback::none>;
+  const C c({.quantize = qc});
+  const std::string sz = "/n:1e7";
+  constexpr std::size_t n = 10000000;
+  add("compress/" + name + sz, [c](benchmark::State& s) { bm_compress<C>(s, n, c); });
+  add("decompress/" + name + sz, [c](benchmark::State& s) { bm_accumulate<C>(s, n, c, false); });
+  add("accumulate/" + name + sz, [c](benchmark::State& s) { bm_accumulate<C>(s, n, c, true); });
+}
+
+// Every quantizer, default group sizes; stochastic ones draw Philox numbers per value.
+void register_quantizers() {
+  using namespace gc::quantize;
+  add_quantizer<int_block<8>>("int8", {});
+  add_quantizer<int_block<8>>("int8_stochastic", {.round = rounding::stochastic});
+  add_quantizer<int_block<4>>("int4", {});
+  add_quantizer<int_block<4, int_range::asymmetric>>("int4_asym", {});
+  add_quantizer<int_block<2>>("int2_stochastic", {.round = rounding::stochastic});
+}
+
 void register_all() {
   using namespace gc;
   const std::size_t sizes[] = {1000000, 10000000};
@@ -417,6 +443,7 @@ int main(int argc, char** argv) {
   benchmark::Initialize(&count, args.data());
   if (benchmark::ReportUnrecognizedArguments(count, args.data())) return 1;
   register_all();
+  register_quantizers();
   benchmark::RunSpecifiedBenchmarks();
   benchmark::Shutdown();
   return 0;

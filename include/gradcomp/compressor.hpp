@@ -353,16 +353,18 @@ class compressor {
   // meta and the packed codes into frame f.
   template <class Load, class Keep>
   void encode_values(const frame::header& h, std::byte* f, Load&& load, Keep&& keep) const {
-    const auto& qc = cfg_.quantize;
-    const std::size_t gs = Quantizer::group_size(qc), block = gs ? gs : ungrouped_block;
-    const bool stochastic = Quantizer::stochastic(qc);
-    std::byte* meta = f + h.meta_offset();
-    alignas(64) float xs[max_group_size];
-    alignas(64) float decoded[max_group_size];
-    alignas(64) code_type codes[max_group_size];
-    alignas(64) std::uint32_t random[max_group_size + 4];
-    code_writer<code_bits> writer(f + h.value_offset());
     cpu::run_best([&]() GRADCOMP_LOOP_BODY {
+      // Locals of the vectorised function: byte-sized code stores cannot alias them (copies
+      // of the config included), so the loops over a group vectorise.
+      const auto qc = cfg_.quantize;
+      const std::size_t gs = Quantizer::group_size(qc), block = gs ? gs : ungrouped_block;
+      const bool stochastic = Quantizer::stochastic(qc);
+      std::byte* meta = f + h.meta_offset();
+      alignas(64) float xs[max_group_size];
+      alignas(64) float decoded[max_group_size];
+      alignas(64) code_type codes[max_group_size];
+      alignas(64) std::uint32_t random[max_group_size + 64];
+      code_writer<code_bits> writer(f + h.value_offset());
       for (std::size_t m0 = 0; m0 < h.kept_count; m0 += block) {
         const std::size_t n = std::min<std::size_t>(block, h.kept_count - m0);
         load(m0, n, xs);
@@ -380,24 +382,17 @@ class compressor {
         }
         writer.put(codes, n);
       }
+      writer.finish();
     });
-    writer.finish();
   }
 
-  // random[i] = philox_at(seed, step, chunk, quantizer, m0 + i) for i < n (may write up to
-  // 3 entries more when m0 is not a multiple of 4).
+  // random[i] = random16_at(seed, step, chunk, quantizer, m0 + i) for i < n; random holds
+  // max_group_size + 64 values (the batch form rounds up, and starts at a multiple of 8).
   void fill_random(std::uint32_t* random, std::size_t m0, std::size_t n, std::uint32_t chunk, std::uint64_t step) const {
-    const std::size_t q0 = m0 / 4, skip = m0 % 4;
-    for (std::size_t q = q0; 4 * q < m0 + n; ++q) {
-      const philox_u32x4 r = philox4x32_10(
-          {{static_cast<std::uint32_t>(q), static_cast<std::uint32_t>(static_cast<std::uint64_t>(q) >> 32), chunk,
-            static_cast<std::uint32_t>(random_stream::quantizer)}},
-          cfg_.seed, static_cast<std::uint32_t>(step));
-      for (std::size_t lane = 0; lane < 4; ++lane) {
-        const std::size_t at = 4 * (q - q0) + lane;
-        if (at >= skip) random[at - skip] = r.v[lane];
-      }
-    }
+    const std::size_t skip = m0 % 8;
+    random16_fill(random, m0 - skip, n + skip, cfg_.seed, step, chunk, random_stream::quantizer);
+    if (skip)
+      for (std::size_t i = 0; i < n; ++i) random[i] = random[i + skip];
   }
 
   template <class T>

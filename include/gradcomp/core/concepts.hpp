@@ -57,7 +57,8 @@ concept sparsifier_policy = has_policy_kind<S, sparsifier_tag> && has_validate<S
 // Values are encoded in groups of group_size(c) consecutive sent values (the last group of a
 // chunk may be shorter); group_size 0 means no groups. fit() computes a group's `meta`
 // (scales) from its values; meta travels in meta_bytes bytes per group. encode() maps one
-// value to a code of `bits` bits, given a uniform 32-bit random number when stochastic(c).
+// value to a code of `bits` bits, given a uniform random number when stochastic(c) (16
+// random bits in the high half: random16_at in core/philox.hpp).
 // Largest group a quantizer may use (a group's statistics are reduced in one block).
 inline constexpr std::size_t max_group_size = 4096;
 

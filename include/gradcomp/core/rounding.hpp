@@ -6,6 +6,7 @@
 
 #include <cstdint>
 
+#include "bits.hpp"
 #include "config.hpp"
 #include "philox.hpp"
 
@@ -17,17 +18,34 @@ GRADCOMP_HD inline float round_even(float y) {
   return (y + shift) - shift;
 }
 
+// 1.0f if c, else 0.0f, selected as bits: compilers otherwise turn `x - (c ? 1 : 0)` into a
+// conditional subtraction, which they may not vectorise under IEEE exception semantics.
+GRADCOMP_HD inline float one_if(bool c) { return bits_float(detail::select(c, 0x3f800000u, 0u)); }
+
 // The largest integer <= y.
 GRADCOMP_HD inline float floor_small(float y) {
   const float r = round_even(y);
-  return r > y ? r - 1.0f : r;
+  return r - one_if(r > y);
 }
 
-// floor(y) + 1 with probability y - floor(y), else floor(y), drawn with a uniform 32-bit
-// `random`. Unbiased to within 2^-24: the fraction is compared with the 24-bit unit_float.
+// floor(y) + 1 with probability y - floor(y), else floor(y), drawn with a uniform `random`
+// (from random16_at: 16 random bits). Unbiased to within 2^-16: the fraction is compared with
+// unit_float(random), a multiple of 2^-16.
 GRADCOMP_HD inline float round_stochastic(float y, std::uint32_t random) {
   const float f = floor_small(y);
-  return f + (unit_float(random) < y - f ? 1.0f : 0.0f);
+  return f + one_if(unit_float(random) < y - f);
+}
+
+// c ? a : b on the bits, for floats computed unconditionally (a branch-free select).
+GRADCOMP_HD inline float select_float(bool c, float a, float b) {
+  return bits_float(detail::select(c, float_bits(a), float_bits(b)));
+}
+
+// y limited to [lo, hi]; NaN gives lo. Selects on bits, so that a compiler does not move the
+// arithmetic that follows into branches.
+GRADCOMP_HD inline float clamp_float(float y, float lo, float hi) {
+  y = select_float(y >= lo, y, lo);
+  return select_float(y <= hi, y, hi);
 }
 
 }  // namespace gradcomp

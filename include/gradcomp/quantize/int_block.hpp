@@ -10,7 +10,7 @@
 // Rounding (config): nearest, ties to even, with |x - decoded| <= s/2 + 2^-20 max|x| (the
 // second term covers the float arithmetic: x / s is computed as x * (1/s)); or stochastic
 // (floor or ceiling, up with probability equal to the fraction, Philox random numbers keyed by
-// seed and step), unbiased to within 2^-24 s, |x - decoded| < s + 2^-20 max|x|.
+// seed and step), unbiased to within 2^-16 s, |x - decoded| < s + 2^-20 max|x|.
 // An all-zero group has s = 0 and decodes to zeros. Metadata per group: f32 s
 // (symmetric), f32 s then f32 lo (asymmetric). A group holding NaN or infinity gets a
 // non-finite scale, and receivers reject the frame with errc::non_finite_value; so does an
@@ -45,7 +45,10 @@ struct int_block {
   struct meta {
     float scale = 0.0f;
     float lo = 0.0f;   // asymmetric only
-    float inv = 0.0f;  // 1 / scale, or 0 where that overflows (then encode divides); not sent
+    // Not sent: encode computes x / scale as (x * pre) * inv, with pre = 2^64 for scales so
+    // small that 1 / scale overflows (no division, no branch per value).
+    float pre = 1.0f;
+    float inv = 0.0f;
   };
   using code_type = std::uint8_t;
   static constexpr bool asymmetric = Range == int_range::asymmetric;
@@ -85,17 +88,16 @@ struct int_block {
                     !is_finite_bits(float_bits(decode({}, m, asymmetric ? levels : 2 * levels)));
          ++i)
       m.scale = bits_float(float_bits(m.scale) - 1);
-    m.inv = inverse(m.scale);
+    set_inverse(m);
     return m;
   }
 
+  // Branch-free (both roundings computed, one selected), so loops over a group vectorise.
   GRADCOMP_HD static code_type encode(const config& c, const meta& m, float x, std::uint32_t random) {
     const float t = asymmetric ? x - m.lo : x;
-    float y = m.inv != 0.0f ? t * m.inv : (m.scale != 0.0f ? t / m.scale : 0.0f);
-    const float low = asymmetric ? 0.0f : -levels;
-    y = y >= low ? y : low;  // also maps NaN (a poisoned group) to a valid code
-    y = y <= levels ? y : levels;
-    const float q = c.round == rounding::stochastic ? round_stochastic(y, random) : round_even(y);
+    // The clamp also maps NaN (a poisoned group) to a valid code.
+    const float y = clamp_float((t * m.pre) * m.inv, asymmetric ? 0.0f : -levels, levels);
+    const float q = select_float(c.round == rounding::stochastic, round_stochastic(y, random), round_even(y));
     return static_cast<code_type>(static_cast<int>(q) + (asymmetric ? 0 : static_cast<int>(levels)));
   }
 
@@ -124,11 +126,18 @@ struct int_block {
   }
 
  private:
-  // 1 / s where it is finite and non-zero, else 0 (encode then divides, or s is 0).
-  GRADCOMP_HD static float inverse(float s) {
-    if (!(s > 0.0f) || !is_finite_bits(float_bits(s))) return 0.0f;
-    const float r = 1.0f / s;
-    return is_finite_bits(float_bits(r)) ? r : 0.0f;
+  // inv = 1 / s, or 1 / (s * 2^64) with pre = 2^64 where 1 / s overflows; 0 for a zero or
+  // non-finite s (every value then encodes as zero or the clamp's bound).
+  GRADCOMP_HD static void set_inverse(meta& m) {
+    if (!(m.scale > 0.0f) || !is_finite_bits(float_bits(m.scale))) return;
+    constexpr float two64 = 18446744073709551616.0f;
+    const float r = 1.0f / m.scale;
+    if (is_finite_bits(float_bits(r))) {
+      m.inv = r;
+    } else {
+      m.pre = two64;
+      m.inv = 1.0f / (m.scale * two64);
+    }
   }
 };
 
