@@ -285,11 +285,10 @@ class compressor {
           return h.frame_bytes();
         }
       }
-      encode_dense(g, e, h, out);
+      encode_dense(g, e, h, out, streaming);
     } else {
-      encode_topk(g, e, h, st.workspace, out);
+      encode_topk(g, e, h, st.workspace, out, streaming);
     }
-    frame::seal(frame.first(h.frame_bytes()));
     return h.frame_bytes();
   }
 
@@ -350,9 +349,10 @@ class compressor {
   // Encodes the sent values x_m, m < h.kept_count, a block at a time (a group, or
   // ungrouped_block values): load(m0, n, xs) puts x_m0 .. x_m0+n-1 in xs; keep(m0, n, xs,
   // decoded) gets them back with their decoded values, for the feedback. Writes each group's
-  // meta and the packed codes into frame f.
+  // meta and the packed codes into frame f (header, indices and padding already written),
+  // and seals it: the values' CRC32C is taken as they are produced.
   template <class Load, class Keep>
-  void encode_values(const frame::header& h, std::byte* f, Load&& load, Keep&& keep) const {
+  void encode_values(const frame::header& h, std::byte* f, bool streaming, Load&& load, Keep&& keep) const {
     cpu::run_best([&]() GRADCOMP_LOOP_BODY {
       // Locals of the vectorised function: byte-sized code stores cannot alias them (copies
       // of the config included), so the loops over a group vectorise.
@@ -364,7 +364,7 @@ class compressor {
       alignas(64) float decoded[max_group_size];
       alignas(64) code_type codes[max_group_size];
       alignas(64) std::uint32_t random[max_group_size + 64];
-      code_writer<code_bits> writer(f + h.value_offset());
+      cpu::packed_stream<code_bits> writer(f + h.value_offset(), streaming);
       for (std::size_t m0 = 0; m0 < h.kept_count; m0 += block) {
         const std::size_t n = std::min<std::size_t>(block, h.kept_count - m0);
         load(m0, n, xs);
@@ -382,7 +382,12 @@ class compressor {
         }
         writer.put(codes, n);
       }
-      writer.finish();
+      // body = [meta, indices, their padding] then [values, padding]
+      const std::size_t prefix = h.value_offset() - frame::header_bytes, end = h.value_offset() + h.value_bytes;
+      std::uint32_t values_crc = writer.finish();
+      values_crc = crc32c(std::span<const std::byte>(f + end, align8(end) - end), values_crc);
+      const std::uint32_t prefix_crc = crc32c(std::span<const std::byte>(f + frame::header_bytes, prefix));
+      frame::seal(std::span(f, h.frame_bytes()), crc32c_combine(prefix_crc, values_crc, align8(end) - h.value_offset()));
     });
   }
 
@@ -396,10 +401,10 @@ class compressor {
   }
 
   template <class T>
-  void encode_dense(const T* g, float* e, const frame::header& h, std::byte* f) const {
+  void encode_dense(const T* g, float* e, const frame::header& h, std::byte* f, bool streaming) const {
     const auto& fc = cfg_.feedback;
     encode_values(
-        h, f,
+        h, f, streaming,
         [&](std::size_t m0, std::size_t n, float* xs) {
           if constexpr (Feedback::has_state) {
             for (std::size_t i = 0; i < n; ++i) xs[i] = Feedback::combine(fc, to_float(g[m0 + i]), e[m0 + i]);
@@ -413,7 +418,8 @@ class compressor {
   }
 
   template <class T>
-  void encode_topk(const T* g, float* e, const frame::header& h, std::span<std::byte> workspace, std::byte* f) const {
+  void encode_topk(const T* g, float* e, const frame::header& h, std::span<std::byte> workspace, std::byte* f,
+                   bool streaming) const {
     const auto& fc = cfg_.feedback;
     std::byte* indices = f + h.index_offset();
     cpu::topk_selector select(workspace, h.dense_count, h.kept_count);
@@ -431,7 +437,7 @@ class compressor {
     const auto index = [&](std::size_t m) { return load_le<std::uint32_t>(indices + 4 * m); };
     constexpr std::size_t ahead = 32;  // kept elements are scattered: keep many loads in flight
     encode_values(
-        h, f,
+        h, f, streaming,
         [&](std::size_t m0, std::size_t n, float* xs) {
           for (std::size_t i = 0; i < n; ++i) {
             const std::size_t m = m0 + i;
@@ -483,35 +489,47 @@ class compressor {
     return {};
   }
 
+  // Decodes frame f into out, a group (or ungrouped_block values) at a time: codes unpacked
+  // into a local buffer, then decoded; a large decompress goes out with non-temporal stores.
   template <class T>
   void apply_frame(const frame::header& h, const std::byte* f, T* out, bool add) const {
-    const auto& qc = cfg_.quantize;
     T* region = out + h.element_offset;
-    const std::byte* values = f + h.value_offset();
-    const std::size_t gs = Quantizer::group_size(qc), block = gs ? gs : h.kept_count;
     if (!Sparsifier::is_dense && !add)
       for (std::size_t j = 0; j < h.dense_count; ++j) region[j] = from_float<T>(0.0f);
-    const auto put = [&](std::size_t j, float v) {
-      region[j] = from_float<T>(add ? canonical_nan(to_float(region[j]) + v) : v);
-    };
+    const bool streaming = Sparsifier::is_dense && !add && h.dense_count * sizeof(T) >= cpu::streaming_store_bytes;
     cpu::run_best([&]() GRADCOMP_LOOP_BODY {
+      const auto qc = cfg_.quantize;  // locals: output stores cannot alias them
+      const std::size_t gs = Quantizer::group_size(qc), block = gs ? gs : ungrouped_block;
+      const std::byte* values = f + h.value_offset();
+      const std::byte* idx = f + h.index_offset();
+      alignas(64) code_type codes[max_group_size + 8];
+      alignas(64) T decoded[max_group_size];
       for (std::size_t m0 = 0; m0 < h.kept_count; m0 += block) {
+        const std::size_t n = std::min<std::size_t>(block, h.kept_count - m0);
         const meta_type mt = gs ? group_meta(h, f, m0 / gs) : meta_type{};
-        const std::size_t end = std::min<std::size_t>(h.kept_count, m0 + block);
+        unpack_codes<code_type, code_bits>(values, m0, n, codes);
         if constexpr (Sparsifier::is_dense) {
+          T* to = region + m0;
           if (add) {
-            for (std::size_t j = m0; j < end; ++j)
-              region[j] = from_float<T>(canonical_nan(to_float(region[j]) + Quantizer::decode(qc, mt, load_code<code_type, code_bits>(values, j))));
+            for (std::size_t i = 0; i < n; ++i)
+              to[i] = from_float<T>(canonical_nan(to_float(to[i]) + Quantizer::decode(qc, mt, codes[i])));
+          } else if (streaming) {
+            for (std::size_t i = 0; i < n; ++i) decoded[i] = from_float<T>(Quantizer::decode(qc, mt, codes[i]));
+            cpu::detail::copy_tile(reinterpret_cast<std::byte*>(to), reinterpret_cast<const std::byte*>(decoded),
+                                   n * sizeof(T), true);
           } else {
-            for (std::size_t j = m0; j < end; ++j) region[j] = from_float<T>(Quantizer::decode(qc, mt, load_code<code_type, code_bits>(values, j)));
+            for (std::size_t i = 0; i < n; ++i) to[i] = from_float<T>(Quantizer::decode(qc, mt, codes[i]));
           }
         } else {
-          const std::byte* idx = f + h.index_offset();
-          for (std::size_t m = m0; m < end; ++m)
-            put(load_le<std::uint32_t>(idx + 4 * m), Quantizer::decode(qc, mt, load_code<code_type, code_bits>(values, m)));
+          for (std::size_t i = 0; i < n; ++i) {
+            T& to = region[load_le<std::uint32_t>(idx + 4 * (m0 + i))];
+            const float v = Quantizer::decode(qc, mt, codes[i]);
+            to = from_float<T>(add ? canonical_nan(to_float(to) + v) : v);
+          }
         }
       }
     });
+    if (streaming) cpu::detail::streaming_fence();
   }
 
   template <class T>

@@ -76,64 +76,24 @@ GRADCOMP_HD inline Code load_code(const std::byte* in, std::size_t i) {
   }
 }
 
-// Host writer of a stream of Bits-bit codes, packed as by pack_bits, appended a block at a
-// time (blocks need not end on a byte boundary). finish() writes the last partial byte.
-template <unsigned Bits>
-class code_writer {
- public:
-  explicit code_writer(std::byte* out) : out_(out) {}
-
-  template <class Code>
-  void put(const Code* codes, std::size_t n) {
-    static_assert(Bits >= 1 && Bits <= 8 * sizeof(Code));
-    if constexpr (Bits == 8 * sizeof(Code)) {
-      std::memcpy(out_, codes, n * sizeof(Code));
-      out_ += n * sizeof(Code);
-    } else {
-      put_packed(codes, n);
+// codes[i] = code first + i of a packed section, for i < n. Byte-aligned runs of narrow codes
+// are unpacked a byte at a time (a vectorisable loop), which may write up to 8 / Bits - 1
+// entries past n: `codes` must have room for n + 8.
+template <class Code, unsigned Bits>
+inline void unpack_codes(const std::byte* in, std::size_t first, std::size_t n, Code* codes) {
+  if constexpr (Bits < 8 && 8 % Bits == 0) {
+    constexpr std::size_t per_byte = 8 / Bits;
+    if (first % per_byte == 0) {
+      const std::byte* bytes = in + first / per_byte;
+      const std::size_t whole = n / per_byte;
+      for (std::size_t b = 0; b < whole; ++b)
+        for (std::size_t k = 0; k < per_byte; ++k)
+          codes[b * per_byte + k] = static_cast<Code>((static_cast<unsigned>(bytes[b]) >> (k * Bits)) & ((1u << Bits) - 1u));
+      for (std::size_t i = whole * per_byte; i < n; ++i) codes[i] = load_code<Code, Bits>(in, first + i);
+      return;
     }
   }
-
-  void finish() {
-    if (filled_) *out_ = static_cast<std::byte>(acc_ & 0xffu);
-    acc_ = 0;
-    filled_ = 0;
-  }
-
- private:
-  static constexpr std::uint64_t mask = Bits == 64 ? ~0ull : (1ull << Bits) - 1u;
-
-  template <class Code>
-  void put_packed(const Code* codes, std::size_t n) {
-    std::size_t i = 0;
-    if constexpr (8 % Bits == 0) {
-      constexpr std::size_t per_byte = 8 / Bits;
-      for (; filled_ != 0 && i < n; ++i) put_one(codes[i]);
-      const std::size_t whole = (n - i) / per_byte;
-      for (std::size_t b = 0; b < whole; ++b) {  // a vectorisable loop: one byte from per_byte codes
-        unsigned byte = 0;
-        for (std::size_t k = 0; k < per_byte; ++k) byte |= (static_cast<unsigned>(codes[i + b * per_byte + k]) & mask) << (k * Bits);
-        out_[b] = static_cast<std::byte>(byte);
-      }
-      out_ += whole;
-      i += whole * per_byte;
-    }
-    for (; i < n; ++i) put_one(codes[i]);
-  }
-
-  void put_one(std::uint64_t code) {
-    acc_ |= (code & mask) << filled_;
-    filled_ += Bits;
-    while (filled_ >= 8) {
-      *out_++ = static_cast<std::byte>(acc_ & 0xffu);
-      acc_ >>= 8;
-      filled_ -= 8;
-    }
-  }
-
-  std::byte* out_;
-  std::uint64_t acc_ = 0;
-  unsigned filled_ = 0;
-};
+  for (std::size_t i = 0; i < n; ++i) codes[i] = load_code<Code, Bits>(in, first + i);
+}
 
 }  // namespace gradcomp

@@ -156,4 +156,79 @@ std::uint32_t write_codes(std::size_t count, CodeAt&& code, std::byte* out, std:
   return crc;
 }
 
+// Writes a stream of Bits-bit codes packed as by pack_bits, appended a block at a time
+// (blocks need not end on a byte boundary): packed into a local tile, whose CRC32C is taken
+// while it is hot, then copied out (non-temporal stores if `streaming`). finish() writes the
+// last partial byte and returns the CRC32C of all bytes written.
+template <unsigned Bits>
+class packed_stream {
+ public:
+  static constexpr std::size_t max_put = 4096;  // codes per put()
+
+  packed_stream(std::byte* out, bool streaming) : out_(out), streaming_(streaming) {}
+
+  template <class Code>
+  void put(const Code* codes, std::size_t n) {
+    static_assert(Bits >= 1 && Bits <= 8 * sizeof(Code));
+    std::size_t i = 0;
+    if constexpr (Bits == 8 * sizeof(Code)) {
+      std::memcpy(tile_ + used_, codes, n * sizeof(Code));
+      used_ += n * sizeof(Code);
+      i = n;
+    } else if constexpr (8 % Bits == 0) {
+      constexpr std::size_t per_byte = 8 / Bits;
+      for (; filled_ != 0 && i < n; ++i) put_one(codes[i]);
+      const std::size_t whole = (n - i) / per_byte;
+      std::byte* to = tile_ + used_;
+      for (std::size_t b = 0; b < whole; ++b) {  // one byte from per_byte codes: vectorises
+        unsigned byte = 0;
+        for (std::size_t k = 0; k < per_byte; ++k) byte |= (static_cast<unsigned>(codes[i + b * per_byte + k]) & mask) << (k * Bits);
+        to[b] = static_cast<std::byte>(byte);
+      }
+      used_ += whole;
+      i += whole * per_byte;
+    }
+    for (; i < n; ++i) put_one(codes[i]);
+    if (used_ >= flush_bytes) flush();
+  }
+
+  std::uint32_t finish() {
+    if (filled_) tile_[used_++] = static_cast<std::byte>(acc_ & 0xffu);
+    acc_ = 0;
+    filled_ = 0;
+    flush();
+    if (streaming_) detail::streaming_fence();
+    return crc_;
+  }
+
+ private:
+  static constexpr std::uint64_t mask = (1ull << Bits) - 1u;
+  static constexpr std::size_t flush_bytes = 8192;
+
+  void put_one(std::uint64_t code) {
+    acc_ |= (code & mask) << filled_;
+    filled_ += Bits;
+    while (filled_ >= 8) {
+      tile_[used_++] = static_cast<std::byte>(acc_ & 0xffu);
+      acc_ >>= 8;
+      filled_ -= 8;
+    }
+  }
+
+  void flush() {
+    crc_ = crc32c(std::span<const std::byte>(tile_, used_), crc_);
+    detail::copy_tile(out_, tile_, used_, streaming_);
+    out_ += used_;
+    used_ = 0;
+  }
+
+  alignas(64) std::byte tile_[flush_bytes + max_put * 4 + 8];
+  std::size_t used_ = 0;
+  std::uint64_t acc_ = 0;
+  unsigned filled_ = 0;
+  std::byte* out_;
+  bool streaming_;
+  std::uint32_t crc_ = 0;
+};
+
 }  // namespace gradcomp::cpu
