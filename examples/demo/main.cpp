@@ -2,10 +2,10 @@
 //
 // Builds a gradient buffer laid out like GPT-2 small's parameters (the Hugging Face / nanoGPT
 // names and shapes), fills it with fixed-seed heavy-tailed values whose scale depends on the
-// tensor (embeddings sparse-ish, biases small), then compresses it with
-//   quantize {none (fp32), bf16, fp16} x sparsify {dense, top-k 10%, top-k 1%}
-//   x feedback {none, residual}, partition: chunks of 4 MiB,
-// and prints, per composition: compression ratio, relative L2 error of one step, for residual
+// tensor (embeddings sparse-ish, biases small), then compresses it, partition: chunks of
+// 4 MiB, with every quantizer alone (dense, no feedback), the biased ones again with residual
+// feedback, and every quantizer after top-k 1% with residual feedback (plus top-k 10%), and
+// prints, per composition: compression ratio, relative L2 error of one step, for residual
 // feedback the error after 10 steps of the same gradient (sum of the decoded steps against
 // 10 g: error feedback at work), and compress / accumulate throughput against memcpy.
 //
@@ -189,14 +189,6 @@ double relative_error(const buffers& b, double k) {
   return std::sqrt(e) / (k * b.g_norm);
 }
 
-template <class Q>
-const char* value_name() {
-  if constexpr (std::is_same_v<Q, gc::quantize::none>) return "fp32";
-  if constexpr (std::is_same_v<Q, gc::quantize::bf16>) return "bf16";
-  if constexpr (std::is_same_v<Q, gc::quantize::fp16>) return "fp16";
-  return "?";
-}
-
 [[noreturn]] void fail(const char* what, const gc::status& s) {
   std::fprintf(stderr, "gradcomp_demo: %s failed: %s (%s)\n", what, gc::to_string(s.code()), s.detail());
   std::exit(1);
@@ -220,10 +212,13 @@ constexpr int feedback_steps = 10;  // steps of the same gradient with residual 
 constexpr int plain_steps = 3;      // without feedback: steps only for timing (best of)
 
 template <class S, class Q, class F>
-row run(buffers& b, double density, const std::string& sparsify_name) {
+row run(buffers& b, double density, const std::string& sparsify_name, const char* value_name,
+        const typename Q::config& quantize = {}) {
   using C = gc::compressor<gc::partition::chunks, S, Q, F>;
   typename C::config cfg{};
   cfg.partition.chunk_bytes = chunk_bytes;
+  cfg.quantize = quantize;
+  cfg.seed = 42;
   if constexpr (!S::is_dense) cfg.sparsify.density = density;
   const C comp(cfg);
   if (auto s = comp.validate(); !s) fail("validate", s);
@@ -234,7 +229,7 @@ row run(buffers& b, double density, const std::string& sparsify_name) {
   std::fill(b.sum.begin(), b.sum.end(), 0.0f);
   const double dense_bytes = 4.0 * static_cast<double>(n);
 
-  row out{sparsify_name, value_name<Q>(), F::has_state ? "residual" : "none"};
+  row out{sparsify_name, value_name, F::has_state ? "residual" : "none"};
   out.memcpy_gbs = memcpy_gbs;
   double best_compress = std::numeric_limits<double>::infinity();
   double best_accumulate = best_compress;
@@ -266,15 +261,21 @@ row run(buffers& b, double density, const std::string& sparsify_name) {
   return out;
 }
 
-template <class S>
-void run_values(buffers& b, double density, const std::string& name, std::vector<row>& rows) {
-  using namespace gc;
-  rows.push_back(run<S, quantize::none, feedback::none>(b, density, name));
-  rows.push_back(run<S, quantize::none, feedback::residual>(b, density, name));
-  rows.push_back(run<S, quantize::bf16, feedback::none>(b, density, name));
-  rows.push_back(run<S, quantize::bf16, feedback::residual>(b, density, name));
-  rows.push_back(run<S, quantize::fp16, feedback::none>(b, density, name));
-  rows.push_back(run<S, quantize::fp16, feedback::residual>(b, density, name));
+// Every quantizer, with sparsifier S and feedback F (default configs, stochastic ones seeded).
+template <class S, class F>
+void run_quantizers(buffers& b, double density, const std::string& name, std::vector<row>& rows) {
+  using namespace gc::quantize;
+  const auto add = [&]<class Q>(Q, const char* label, const typename Q::config& c = {}) {
+    rows.push_back(run<S, Q, F>(b, density, name, label, c));
+  };
+  add(none{}, "fp32");
+  add(bf16{}, "bf16");
+  add(fp16{}, "fp16");
+  add(int_block<8>{}, "int8");
+  add(int_block<8>{}, "int8 sr", {.round = rounding::stochastic});
+  add(int_block<4>{}, "int4");
+  add(int_block<4, int_range::asymmetric>{}, "int4 asym");
+  add(int_block<2>{}, "int2 sr", {.round = rounding::stochastic});
 }
 
 void usage() {
@@ -336,15 +337,26 @@ int main(int argc, char** argv) {
       std::printf("    %-36s %-14s offset %10zu  scale %.0e\n", t.name.c_str(), t.shape().c_str(), t.offset,
                   static_cast<double>(tensor_scale(t, layer_of(t), m.layers)));
   }
-  std::printf("  partition: chunks of %zu MiB (%zu frames); running 18 compositions...\n", chunk_bytes >> 20,
+  std::printf("  partition: chunks of %zu MiB (%zu frames); running every composition...\n", chunk_bytes >> 20,
               (n * 4 + chunk_bytes - 1) / chunk_bytes);
   std::fflush(stdout);
 
   std::vector<row> rows;
   const auto t_run = clock_type::now();
-  run_values<gc::sparsify::dense>(b, 1.0, "dense", rows);
-  run_values<gc::sparsify::topk>(b, 0.10, "top-k 10%", rows);
-  run_values<gc::sparsify::topk>(b, 0.01, "top-k 1%", rows);
+  using gc::feedback::residual;
+  run_quantizers<gc::sparsify::dense, gc::feedback::none>(b, 1.0, "dense", rows);
+  {
+    using namespace gc::quantize;
+    const auto add = [&]<class Q>(Q, const char* label, const typename Q::config& c = {}) {
+      rows.push_back(run<gc::sparsify::dense, Q, residual>(b, 1.0, "dense+EF", label, c));
+    };
+    add(bf16{}, "bf16");
+    add(int_block<4>{}, "int4");
+    add(int_block<2>{}, "int2 sr", {.round = rounding::stochastic});
+    rows.push_back(run<gc::sparsify::topk, bf16, residual>(b, 0.10, "top-k 10%", "bf16"));
+    rows.push_back(run<gc::sparsify::topk, int_block<8>, residual>(b, 0.10, "top-k 10%", "int8"));
+  }
+  run_quantizers<gc::sparsify::topk, residual>(b, 0.01, "top-k 1%", rows);
   const double run_s = seconds_since(t_run);
   std::vector<double> copies;
   for (const row& r : rows) copies.push_back(r.memcpy_gbs);
@@ -354,16 +366,16 @@ int main(int argc, char** argv) {
               "(%.1f..%.1f)\n\n",
               memcpy_gbs, copies.size(), copies.front(), copies.back());
 
-  std::printf("%-10s %-6s %-9s %8s %12s %12s %10s %9s %10s %9s\n", "sparsify", "values", "feedback", "ratio",
+  std::printf("%-10s %-10s %-9s %8s %12s %12s %10s %9s %10s %9s\n", "sparsify", "values", "feedback", "ratio",
               "error 1 step", "error 10 st.", "comp GB/s", "x memcpy", "accum GB/s", "x memcpy");
-  std::printf("%s\n", std::string(102, '-').c_str());
+  std::printf("%s\n", std::string(106, '-').c_str());
   std::string previous;
   for (const row& r : rows) {
     if (!previous.empty() && r.sparsify != previous) std::printf("\n");
     previous = r.sparsify;
     char err10[32] = "-";
     if (r.err10 >= 0) std::snprintf(err10, sizeof err10, "%.3e", r.err10);
-    std::printf("%-10s %-6s %-9s %8.2f %12.3e %12s %10.2f %9.2f %10.2f %9.2f\n", r.sparsify.c_str(), r.values.c_str(),
+    std::printf("%-10s %-10s %-9s %8.2f %12.3e %12s %10.2f %9.2f %10.2f %9.2f\n", r.sparsify.c_str(), r.values.c_str(),
                 r.feedback.c_str(), r.ratio, r.err1, err10, r.compress_gbs, r.compress_gbs / memcpy_gbs,
                 r.accumulate_gbs, r.accumulate_gbs / memcpy_gbs);
   }
