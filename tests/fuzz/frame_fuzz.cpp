@@ -61,7 +61,12 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   const std::size_t n = data[2] | (std::size_t{data[3]} << 8);
   std::vector<std::byte> payload(reinterpret_cast<const std::byte*>(data + 4), reinterpret_cast<const std::byte*>(data + size));
   if (options & 4) reseal(payload);
-  switch (which % 5) {
+  using quantize::int_block;
+  using quantize::int_range;
+  switch (which % 8) {
+    case 5: run<compressor<partition::chunks, sparsify::dense, int_block<4, int_range::asymmetric>, feedback::none>>({.partition = {.chunk_bytes = 64}, .quantize = {.group = 4}}, options, payload, n); break;
+    case 6: run<compressor<partition::whole, sparsify::topk, int_block<2>, feedback::none>>({.sparsify = {.density = 0.3}, .quantize = {.group = 2}}, options, payload, n); break;
+    case 7: run<compressor<partition::whole, sparsify::dense, int_block<8>, feedback::none>>({.quantize = {.group = 8}}, options, payload, n); break;
     case 0: run<compressor<partition::whole, sparsify::topk, quantize::bf16, feedback::none>>({.sparsify = {.density = 0.4}}, options, payload, n); break;
     case 1: run<compressor<partition::chunks, sparsify::dense, quantize::fp16, feedback::none>>({.partition = {.chunk_bytes = 6}}, options, payload, n); break;
     case 2: run<compressor<partition::chunks, sparsify::topk, quantize::none, feedback::residual>>({.partition = {.chunk_bytes = 400}}, options, payload, n); break;
