@@ -92,12 +92,13 @@ struct int_block {
     return m;
   }
 
-  // Branch-free (both roundings computed, one selected), so loops over a group vectorise.
+  // Branch-free within each rounding mode (the mode test is loop-invariant: compilers split
+  // the loop), so loops over a group vectorise.
   GRADCOMP_HD static code_type encode(const config& c, const meta& m, float x, std::uint32_t random) {
     const float t = asymmetric ? x - m.lo : x;
     // The clamp also maps NaN (a poisoned group) to a valid code.
     const float y = clamp_float((t * m.pre) * m.inv, asymmetric ? 0.0f : -levels, levels);
-    const float q = select_float(c.round == rounding::stochastic, round_stochastic(y, random), round_even(y));
+    const float q = c.round == rounding::stochastic ? round_stochastic(y, random) : round_even(y);
     return static_cast<code_type>(static_cast<int>(q) + (asymmetric ? 0 : static_cast<int>(levels)));
   }
 
