@@ -394,6 +394,10 @@ void register_quantizers() {
   add_quantizer<int_block<4>>("int4", {});
   add_quantizer<int_block<4, int_range::asymmetric>>("int4_asym", {});
   add_quantizer<int_block<2>>("int2_stochastic", {.round = rounding::stochastic});
+  add_quantizer<fp8_e4m3>("fp8_e4m3", {});
+  add_quantizer<fp8_e5m2>("fp8_e5m2", {});
+  add_quantizer<fp8_e4m3>("fp8_e4m3_scaled128", {.group = 128});
+  add_quantizer<natural>("natural", {});
 }
 
 void register_all() {

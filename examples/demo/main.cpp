@@ -271,11 +271,15 @@ void run_quantizers(buffers& b, double density, const std::string& name, std::ve
   add(none{}, "fp32");
   add(bf16{}, "bf16");
   add(fp16{}, "fp16");
+  add(fp8_e4m3{}, "fp8 e4m3");
+  add(fp8_e5m2{}, "fp8 e5m2");
+  add(fp8_e4m3{}, "e4m3/128", {.group = 128});
   add(int_block<8>{}, "int8");
   add(int_block<8>{}, "int8 sr", {.round = rounding::stochastic});
   add(int_block<4>{}, "int4");
   add(int_block<4, int_range::asymmetric>{}, "int4 asym");
   add(int_block<2>{}, "int2 sr", {.round = rounding::stochastic});
+  add(natural{}, "natural");
 }
 
 void usage() {
