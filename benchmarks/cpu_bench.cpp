@@ -398,6 +398,9 @@ void register_quantizers() {
   add_quantizer<fp8_e5m2>("fp8_e5m2", {});
   add_quantizer<fp8_e4m3>("fp8_e4m3_scaled128", {.group = 128});
   add_quantizer<natural>("natural", {});
+  add_quantizer<qsgd<4>>("qsgd4", {});
+  add_quantizer<terngrad>("terngrad", {});
+  add_quantizer<sign>("sign", {});
 }
 
 void register_all() {

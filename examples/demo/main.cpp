@@ -279,6 +279,9 @@ void run_quantizers(buffers& b, double density, const std::string& name, std::ve
   add(int_block<4>{}, "int4");
   add(int_block<4, int_range::asymmetric>{}, "int4 asym");
   add(int_block<2>{}, "int2 sr", {.round = rounding::stochastic});
+  add(qsgd<4>{}, "qsgd 4b");
+  add(terngrad{}, "terngrad");
+  add(sign{}, "sign");
   add(natural{}, "natural");
 }
 
@@ -357,6 +360,7 @@ int main(int argc, char** argv) {
     add(bf16{}, "bf16");
     add(int_block<4>{}, "int4");
     add(int_block<2>{}, "int2 sr", {.round = rounding::stochastic});
+    add(sign{}, "sign");
     rows.push_back(run<gc::sparsify::topk, bf16, residual>(b, 0.10, "top-k 10%", "bf16"));
     rows.push_back(run<gc::sparsify::topk, int_block<8>, residual>(b, 0.10, "top-k 10%", "int8"));
   }
