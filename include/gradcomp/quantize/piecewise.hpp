@@ -1,0 +1,252 @@
+#pragma once
+// quantize::piecewise<Bits>: AccTFM's piecewise quantization. Per group of `group` sent values
+// (default 128), M = max|x| and a breakpoint p in (0, M/2] split the range into a dense centre
+// [-p, p] and sparse tails p < |x| <= M, each with its own step. With L = 2^(Bits-2) - 1 and
+// T = 2^(Bits-2), the Bits-bit code is a region bit (the top bit) and Bits-1 bits:
+//
+//   centre (top bit 0): sc = p / L, q = round(x / sc) in [-L, L],  code = q + L,
+//                       decoded = q * sc                    (2L + 1 levels, zero exact)
+//   tails  (top bit 1): st = (M - p) / T, j = round((M - |x|) / st) in [0, T - 1],
+//                       code = 2^(Bits-1) | sign << (Bits-2) | (T - 1 - j),
+//                       decoded = +-(M - j * st)            (T levels a side: p + st .. M)
+//
+// so each region has 2^(Bits-1) codes and the grid has 2^Bits - 1 levels, as many as
+// int_block's symmetric grid, but fine near zero and coarse in the tails. The centre keeps
+// exact zero: zeros stay zeros, and one huge value leaves the rest of its group at 0 rather
+// than at a non-zero level. That costs the centre's 2^(Bits-1)-th code (code 2^(Bits-1) - 1 is
+// never written; it decodes as q = L) and some error: on t(3) data a zero-free centre of
+// 2^(Bits-1) levels has about 30% less squared error at 3 bits, 15% at 4 and none at 8.
+// A value goes to the tails when |x| > p and round((M - |x|) / st) < T, i.e. when a tail
+// level is nearer than the centre's top level p (ties to the centre).
+//
+// Rounding (config): nearest, ties to even (of x / sc or (M - |x|) / st), with
+//   |x| <= p:  |x - decoded| <= sc / 2 + eps,      |x| > p:  |x - decoded| <= st / 2 + eps,
+//   eps = 2^-20 M + 2^-140
+// (eps covers the float arithmetic; its second term only matters for groups of subnormal
+// values, whose steps round to the subnormal grid); or stochastic (the neighbouring level
+// above or below, with the probabilities that make it unbiased to within eps; between p and
+// the first tail level too), with sc and st in place of sc / 2 and st / 2.
+//
+// Breakpoint search, in fit(): the candidates are p_k = M * (k / 32) for k = 1 .. 16, M/32 to
+// M/2 (a larger p rarely wins: even for uniform data the best p is near M * L / (L + T), below
+// M/2). For each candidate the group is quantized with nearest rounding by the very arithmetic
+// of encode and decode (split() and level() below), the squared errors (x_i - q(x_i))^2, each
+// scaled by 2^-e with 2^e near M (exact, and no overflow near FLT_MAX), are added with tree_sum
+// (the fixed tree order, so every backend gets the same sums), and the smallest sum wins; ties
+// go to the smaller p (a group holding NaN or inf keeps k = 1). Exhaustive rather than
+// golden-section or ternary: the error is not unimodal in p (levels pass over clusters of
+// values; the 4-bit golden-bytes test's group has local minima at k = 3, 7 and 12), and 16
+// candidates are few. On t(3) data in
+// groups of 128 this set's error is within 2% of a 512-breakpoint search at 3 and 4 bits,
+// and within 25% at 8 bits (where it is already a quarter of int_block<8>'s).
+// Cost: 16 quantize-and-sum passes over each group, branch-free and vectorised (about 40
+// vector instructions per 8 values and candidate), plus 16 tree_sums: fit() dominates
+// compression, roughly 20 to 50 times int_block's time per value (tree_sum, a scalar loop,
+// is about half of it with GCC).
+//
+// Metadata per group: f32 M, then u8 k (5 bytes); p = M * (k / 32) is recomputed by the
+// receiver. check_meta rejects a non-finite M (errc::non_finite_value: the sender's group held
+// NaN or inf), a negative M, and k outside [1, 16] (errc::bad_meta: k = 0 would be p = 0, and
+// k > 16 is no candidate). An all-zero group has M = 0 and decodes to zeros. Decoded values
+// never exceed M in magnitude, so no finite M overflows.
+// Not summable: each rank's M and p differ.
+
+#include <cstddef>
+#include <cstdint>
+
+#include "../core/bits.hpp"
+#include "../core/byteio.hpp"
+#include "../core/concepts.hpp"
+#include "../core/reduce.hpp"
+#include "../core/rounding.hpp"
+#include "group.hpp"
+
+// fit() is inlined where the compressor calls it, so its loops are compiled for the ISA that
+// cpu::run_best() picks (AVX2 where present) rather than once for the baseline.
+#if defined(__GNUC__) || defined(__clang__)
+#define GRADCOMP_PIECEWISE_INLINE __attribute__((always_inline))
+#else
+#define GRADCOMP_PIECEWISE_INLINE
+#endif
+
+namespace gradcomp::quantize {
+
+template <unsigned Bits = 4>
+struct piecewise {
+  static_assert(Bits >= 3 && Bits <= 8, "piecewise: Bits must be in [3, 8] (a region bit, a sign bit and a magnitude)");
+  using policy_kind = quantizer_tag;
+  struct config {
+    std::size_t group = 128;  // values per (M, p): a power of two in [1, 4096]
+    rounding round = rounding::nearest;
+  };
+  struct meta {
+    float max = 0.0f;       // M = max|x|; sent
+    std::uint8_t k = 1;     // p = M * (k / 32); sent
+    float p = 0.0f;         // the rest follow from M and k (derive); not sent
+    float sc = 0.0f;        // centre step
+    float st = 0.0f;        // tail step
+    float pre = 0.0f;       // a power of two 2^-e with 2^e near M (exact scaling)
+    float inv_sc = 0.0f;    // 1 / (sc * pre), or 0 where sc is 0 or not finite
+    float inv_st = 0.0f;    // 1 / (st * pre), likewise
+  };
+  using code_type = std::uint8_t;
+  static constexpr unsigned bits = Bits;
+  static constexpr std::uint8_t id = 10;
+  static constexpr bool summable = false;
+  static constexpr std::size_t meta_bytes = 5;
+  static constexpr std::uint32_t region_codes = 1u << (Bits - 1);  // codes per region
+  static constexpr std::uint32_t tail_levels = 1u << (Bits - 2);   // T: levels per tail
+  static constexpr std::uint32_t centre_levels = tail_levels - 1;  // L: non-zero levels a side
+  static constexpr std::uint8_t candidates = 16;                   // k = 1 .. 16
+  static constexpr float fraction_step = 1.0f / 32.0f;             // p_k = M * (k * fraction_step)
+
+  static status validate(const config& c) { return check_group_size(c.group); }
+  static constexpr std::uint16_t format_param(const config& c) {
+    return static_cast<std::uint16_t>(group_param(c.group) | Bits);
+  }
+  static constexpr bool unbiased(const config& c) { return c.round == rounding::stochastic; }
+  GRADCOMP_HD static bool stochastic(const config& c) { return c.round == rounding::stochastic; }
+  GRADCOMP_HD static std::size_t group_size(const config& c) { return c.group; }
+
+  // The meta of a group with maximum M and breakpoint index k (p = M * (k / 32)); the sender's
+  // fit() and the receiver's load_meta() both build it here, so both decode the same bits.
+  GRADCOMP_HD static meta derive(float max, std::uint8_t k) {
+    meta m;
+    m.max = max;
+    m.k = k;
+    m.p = max * (static_cast<float>(k) * fraction_step);
+    m.sc = m.p / static_cast<float>(centre_levels);
+    m.st = (max - m.p) / static_cast<float>(tail_levels);
+    // encode multiplies (x * pre) by 1 / (sc * pre): the bits of x * (1 / sc) (pre is a power
+    // of two), but finite where 1 / sc would overflow (sc subnormal), so it never divides.
+    m.pre = power_scale(max);
+    m.inv_sc = inverse(m.sc * m.pre);
+    m.inv_st = inverse(m.st * m.pre);
+    return m;
+  }
+
+  GRADCOMP_PIECEWISE_INLINE GRADCOMP_HD static meta fit(const config&, const float* x, std::size_t n) {
+    const float max = max_abs(x, n);
+    // Errors are scaled by 2^-e with 2^e near M: exact, and their squares stay below 16.
+    const float scale = power_scale(max);
+#if !GRADCOMP_DEVICE_CODE
+    float sq[max_group_size];  // squared errors of one candidate: a loop that vectorises
+#endif
+    std::uint8_t best = 1;
+    float best_err = 0.0f;
+    for (std::uint8_t k = 1; k <= candidates; ++k) {
+      const meta m = derive(max, k);
+      const auto squared_error = [&](float v) {
+        const float d = (v - value(m, split(m, v, 0, false))) * scale;
+        return d * d;
+      };
+#if GRADCOMP_DEVICE_CODE
+      const float err = tree_sum(x, n, squared_error);  // the same sums, less stack
+#else
+      for (std::size_t i = 0; i < n; ++i) sq[i] = squared_error(x[i]);
+      const float err = tree_sum(sq, n);
+#endif
+      // Strictly smaller wins, so ties keep the smaller p (and NaN, a poisoned group, keeps k = 1).
+      if (k == 1 || err < best_err) {
+        best = k;
+        best_err = err;
+      }
+    }
+    return derive(max, best);
+  }
+
+  GRADCOMP_HD static code_type encode(const config& c, const meta& m, float x, std::uint32_t random) {
+    const parts s = split(m, x, random, c.round == rounding::stochastic);
+    const std::uint32_t centre = static_cast<std::uint32_t>(static_cast<int>(s.q) + static_cast<int>(centre_levels));
+    // j < T in the tails (j = T, the centre's top level, is masked off when unused).
+    const std::uint32_t tail = region_codes | (s.sign >> (32 - (Bits - 1))) |
+                               (tail_levels - 1u - (static_cast<std::uint32_t>(s.j) & (tail_levels - 1u)));
+    return static_cast<code_type>(s.tail ? tail : centre);
+  }
+
+  GRADCOMP_HD static float decode(const config&, const meta& m, code_type code) {
+    const std::uint32_t u = code;
+    const std::uint32_t c = u & (region_codes - 1u);
+    const std::uint32_t centre_code = c < 2 * centre_levels ? c : 2 * centre_levels;  // the unused code reads as L
+    const float q = static_cast<float>(static_cast<int>(centre_code) - static_cast<int>(centre_levels));
+    const float j = static_cast<float>(tail_levels - 1u - (c & (tail_levels - 1u)));
+    return level(m, q, j, (u & region_codes) != 0, (c & tail_levels) << (32 - (Bits - 1)));
+  }
+
+  GRADCOMP_HD static void store_meta(const meta& m, std::byte* out) {
+    store_le<std::uint32_t>(out, float_bits(m.max));
+    out[4] = static_cast<std::byte>(m.k);
+  }
+  GRADCOMP_HD static meta load_meta(const std::byte* in) {
+    return derive(bits_float(load_le<std::uint32_t>(in)), static_cast<std::uint8_t>(in[4]));
+  }
+  GRADCOMP_HD static status check_meta(const config&, const meta& m) {
+    if (!is_finite_bits(float_bits(m.max)))
+      return {errc::non_finite_value, "group maximum is NaN or inf (the sender's gradient held non-finite values)"};
+    if (float_bits(m.max) >> 31) return {errc::bad_meta, "group maximum is negative"};
+    if (m.k < 1 || m.k > candidates) return {errc::bad_meta, "piecewise breakpoint index outside [1, 16]"};
+    return {};
+  }
+
+ private:
+  // One value's rounding, shared by encode (which builds the code) and fit (which needs the
+  // decoded value): centre level q, tail distance j (levels below M), region and sign.
+  struct parts {
+    float q;
+    float j;
+    bool tail;
+    std::uint32_t sign;  // the sign bit of x, in place
+  };
+
+  GRADCOMP_HD static parts split(const meta& m, float x, std::uint32_t random, bool stochastic) {
+    const float a = bits_float(abs_key(x));
+    const float lc = static_cast<float>(centre_levels), lt = static_cast<float>(tail_levels);
+    const float y = (x * m.pre) * m.inv_sc;
+    const float v = ((m.max - a) * m.pre) * m.inv_st;
+    // Round, then clamp: the same result as the other way round, since the bounds are integers.
+    const float q = stochastic ? round_stochastic(y, random) : round_even(y);
+    const float j = stochastic ? round_stochastic(v, random) : round_even(v);
+    parts s;
+    s.q = clamp(q, -lc, lc);
+    s.j = clamp(j, 0.0f, lt);
+    s.tail = (a > m.p) & (j < lt);  // false for NaN
+    s.sign = float_bits(x) & 0x80000000u;
+    return s;
+  }
+
+  // The decoded value of split()'s result, by the operations decode() uses: the same bits.
+  GRADCOMP_HD static float value(const meta& m, const parts& s) { return level(m, s.q, s.j, s.tail, s.sign); }
+
+  // Centre level q * sc, or tail level M - j * st with the given sign bit. Both are computed
+  // and one is picked by bit operations, so loops stay branch-free.
+  GRADCOMP_HD static float level(const meta& m, float q, float j, bool tail, std::uint32_t sign) {
+    const float centre = q * m.sc;
+    const float magnitude = m.max - j * m.st;
+    return bits_float(detail::select(tail, float_bits(magnitude) ^ sign, float_bits(centre)));
+  }
+
+  // v clamped to [lo, hi], NaN to lo, by bit selects: compilers cannot turn them into branches
+  // (as they do with ?: on floats, moving arithmetic under a condition), so loops vectorise.
+  GRADCOMP_HD static float clamp(float v, float lo, float hi) {
+    v = bits_float(detail::select(!(v >= lo), float_bits(lo), float_bits(v)));
+    return bits_float(detail::select(v > hi, float_bits(hi), float_bits(v)));
+  }
+
+  // 2^(127 - e) for M of biased exponent e, so M * 2^(127 - e) is in [1, 2) (in [1, 4) for
+  // e = 254, and bounded for subnormal M; e = 255, NaN or inf, gets 2^-126).
+  GRADCOMP_HD static float power_scale(float max) {
+    const std::uint32_t e = float_bits(max) >> 23;  // max >= 0: no sign bit
+    return bits_float((e < 254u ? 254u - e : 1u) << 23);
+  }
+
+  // 1 / s where it is finite and non-zero, else 0 (then s is 0 or the group is rejected).
+  GRADCOMP_HD static float inverse(float s) {
+    if (!(s > 0.0f) || !is_finite_bits(float_bits(s))) return 0.0f;
+    const float r = 1.0f / s;
+    return is_finite_bits(float_bits(r)) ? r : 0.0f;
+  }
+};
+
+}  // namespace gradcomp::quantize
+
+#undef GRADCOMP_PIECEWISE_INLINE

@@ -1,0 +1,447 @@
+// quantize::piecewise: error bounds per region, the breakpoint search (best among its
+// candidates, better than uniform), unbiased stochastic rounding, golden bytes, edge cases,
+// untrusted metadata, top-k and error feedback.
+#include <gradcomp/gradcomp.hpp>
+#include <gradcomp/quantize/int_block.hpp>
+#include <gradcomp/quantize/piecewise.hpp>
+
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <vector>
+
+#include "support/frames.hpp"
+#include "support/quantize.hpp"
+#include "support/random.hpp"
+
+using namespace gradcomp;
+using quantize::rounding;
+
+namespace {
+
+// Group q's meta as the frame carries it (the receiver's view: derived from M and k).
+template <class Q>
+typename Q::meta group_meta(const std::vector<std::byte>& payload, std::size_t q) {
+  return Q::load_meta(test::meta_of(payload, q, Q::meta_bytes));
+}
+
+// The documented allowance for float arithmetic: 2^-20 M + 2^-140.
+double eps(double max) { return std::ldexp(max, -20) + std::ldexp(1.0, -140); }
+
+// |x - decoded| within the documented bound: sc/2 in the centre (|x| <= p), st/2 in the tails
+// (sc and st for stochastic rounding), plus eps.
+template <class Q>
+void check_bound(const std::vector<float>& x, std::size_t group, rounding round) {
+  const test::with_quantizer<Q> comp({.quantize = {.group = group, .round = round}});
+  const auto payload = test::compress_at(comp, x);
+  const auto d = test::round_trip(comp, x);
+  const double f = round == rounding::nearest ? 0.5 : 1.0;
+  for (std::size_t g0 = 0, q = 0; g0 < x.size(); g0 += group, ++q) {
+    const std::size_t g1 = std::min(x.size(), g0 + group);
+    float amax = 0;
+    for (std::size_t i = g0; i < g1; ++i) amax = std::max(amax, std::abs(x[i]));
+    const auto m = group_meta<Q>(payload, q);
+    REQUIRE(m.max == amax);
+    REQUIRE(m.k >= 1);
+    REQUIRE(m.k <= 16);
+    for (std::size_t i = g0; i < g1; ++i) {
+      const double step = std::abs(x[i]) <= m.p ? m.sc : m.st;
+      REQUIRE_MESSAGE(std::abs(double(x[i]) - d[i]) <= f * step + eps(amax),
+                      "element " << i << " group " << group << " k " << int(m.k));
+    }
+  }
+}
+
+template <class Q>
+void check_family() {
+  const auto x = test::heavy_tailed(1000, 11);  // 1000: groups of 128 do not divide it
+  for (std::size_t group : {std::size_t{1}, std::size_t{4}, std::size_t{128}, std::size_t{4096}})
+    for (rounding r : {rounding::nearest, rounding::stochastic}) check_bound<Q>(x, group, r);
+  // Huge and subnormal magnitudes.
+  for (float scale : {1e35f, std::ldexp(1.0f, -135)})
+    for (rounding r : {rounding::nearest, rounding::stochastic})
+      check_bound<Q>(test::heavy_tailed(1000, 13, scale), 16, r);
+}
+
+// Sum of squared errors over x[g0, g1) with breakpoint index k and nearest rounding, in double.
+template <class Q>
+double candidate_error(const std::vector<float>& x, std::size_t g0, std::size_t g1, float max, std::uint8_t k) {
+  const auto m = Q::derive(max, k);
+  double e = 0;
+  for (std::size_t i = g0; i < g1; ++i) {
+    const double d = double(x[i]) - Q::decode({}, m, Q::encode({}, m, x[i], 0));
+    e += d * d;
+  }
+  return e;
+}
+
+// The chosen breakpoint is the best candidate (to float summation), the frame decodes to exactly
+// encode/decode with it, and the total error beats uniform quantization with as many bits.
+// Returns the error ratio piecewise / uniform.
+template <class Q, class Uniform>
+double check_search(const std::vector<float>& x, std::size_t group, Uniform uniform) {
+  const test::with_quantizer<Q> comp({.quantize = {.group = group}});
+  const auto payload = test::compress_at(comp, x);
+  const auto d = test::round_trip(comp, x);
+  double total = 0, total_uniform = 0;
+  for (std::size_t g0 = 0, q = 0; g0 < x.size(); g0 += group, ++q) {
+    const std::size_t g1 = std::min(x.size(), g0 + group);
+    const auto m = group_meta<Q>(payload, q);
+    for (std::size_t i = g0; i < g1; ++i) REQUIRE(d[i] == Q::decode({}, m, Q::encode({}, m, x[i], 0)));
+    const double chosen = candidate_error<Q>(x, g0, g1, m.max, m.k);
+    for (std::uint8_t k = 1; k <= 16; ++k) {
+      const double other = candidate_error<Q>(x, g0, g1, m.max, k);
+      REQUIRE_MESSAGE(chosen <= other * (1 + 1e-5), "group " << q << " chose k " << int(m.k) << " over " << int(k));
+    }
+    total += chosen;
+    total_uniform += uniform(x, g0, g1);
+  }
+  return total / total_uniform;
+}
+
+// Squared error of int_block<B> (symmetric, nearest) over x[g0, g1), through its own encode/decode.
+template <unsigned B>
+double int_block_error(const std::vector<float>& x, std::size_t g0, std::size_t g1) {
+  using I = quantize::int_block<B>;
+  const auto m = I::fit({}, x.data() + g0, g1 - g0);
+  double e = 0;
+  for (std::size_t i = g0; i < g1; ++i) {
+    const double d = double(x[i]) - I::decode({}, m, I::encode({}, m, x[i], 0));
+    e += d * d;
+  }
+  return e;
+}
+
+// 3-bit symmetric uniform (7 levels, step max|x| / 3), which int_block does not offer.
+double uniform3_error(const std::vector<float>& x, std::size_t g0, std::size_t g1) {
+  double amax = 0, e = 0;
+  for (std::size_t i = g0; i < g1; ++i) amax = std::max(amax, double(std::abs(x[i])));
+  const double s = amax / 3;
+  for (std::size_t i = g0; i < g1; ++i) {
+    const double q = s > 0 ? std::clamp(std::nearbyint(x[i] / s), -3.0, 3.0) * s : 0.0;
+    e += (x[i] - q) * (x[i] - q);
+  }
+  return e;
+}
+
+template <class Q>
+void check_levels() {
+  // Every code decodes to a finite value within [-M, M]; every used code's value encodes back
+  // to it (the unused code 2^(Bits-1) - 1 reads as the centre's top level).
+  for (float max : {1.0f, 3e-5f, 1e30f, std::numeric_limits<float>::max(), std::ldexp(1.0f, -120)})
+    for (std::uint8_t k = 1; k <= 16; ++k) {
+      const auto m = Q::derive(max, k);
+      REQUIRE(Q::check_meta({}, m).ok());
+      for (unsigned c = 0; c < (1u << Q::bits); ++c) {
+        const auto code = static_cast<typename Q::code_type>(c);
+        const float v = Q::decode({}, m, code);
+        REQUIRE(std::isfinite(v));
+        REQUIRE(std::abs(v) <= max);
+        const unsigned unused = Q::region_codes - 1;
+        const unsigned expect = c == unused ? unused - 1 : c;
+        REQUIRE_MESSAGE(Q::encode({}, m, v, 0) == expect, "code " << c << " M " << max << " k " << int(k));
+      }
+      CHECK(Q::decode({}, m, static_cast<typename Q::code_type>(Q::centre_levels)) == 0.0f);
+      CHECK(Q::decode({}, m, static_cast<typename Q::code_type>(Q::region_codes + Q::tail_levels - 1)) == max);
+      CHECK(Q::decode({}, m, static_cast<typename Q::code_type>((1u << Q::bits) - 1)) == -max);
+    }
+}
+
+}  // namespace
+
+TEST_CASE("piecewise: codec id and traits") {
+  using P4 = quantize::piecewise<>;
+  using P3 = quantize::piecewise<3>;
+  static_assert(P4::bits == 4 && P4::id == 10 && !P4::summable && P4::meta_bytes == 5);
+  CHECK(P4::format_param({}) == ((7u << 12) | 4u));
+  CHECK(P3::format_param({.group = 1024}) == ((10u << 12) | 3u));
+  CHECK(quantize::piecewise<8>::format_param({.group = 1}) == 8u);
+  CHECK(test::with_quantizer<P4>().codec_id() == 0x010a7004u);
+  CHECK_FALSE(P4::unbiased({}));
+  CHECK(P4::unbiased({.round = rounding::stochastic}));
+  CHECK(P4::stochastic({.round = rounding::stochastic}));
+  for (std::size_t bad : {std::size_t{0}, std::size_t{3}, std::size_t{100}, std::size_t{8192}})
+    CHECK(test::with_quantizer<P4>({.quantize = {.group = bad}}).validate().code() == errc::invalid_argument);
+}
+
+TEST_CASE("piecewise: every code decodes within [-M, M] and levels encode back to their code") {
+  check_levels<quantize::piecewise<3>>();
+  check_levels<quantize::piecewise<4>>();
+  check_levels<quantize::piecewise<5>>();
+  check_levels<quantize::piecewise<8>>();
+}
+
+TEST_CASE("piecewise: error within the documented bound, every width") {
+  check_family<quantize::piecewise<3>>();
+  check_family<quantize::piecewise<4>>();
+  check_family<quantize::piecewise<6>>();
+  check_family<quantize::piecewise<8>>();
+}
+
+TEST_CASE("piecewise: the breakpoint is the best candidate and beats uniform quantization") {
+  const auto x = test::heavy_tailed(1 << 14, 21);
+  const double r3 = check_search<quantize::piecewise<3>>(x, 128, uniform3_error);
+  const double r4 = check_search<quantize::piecewise<4>>(x, 128, int_block_error<4>);
+  const double r8 = check_search<quantize::piecewise<8>>(x, 128, int_block_error<8>);
+  MESSAGE("squared error / uniform's, t(3) data, groups of 128: 3 bits " << r3 << ", 4 bits " << r4 << ", 8 bits "
+                                                                        << r8);
+  CHECK(r3 < 0.6);
+  CHECK(r4 < 0.45);
+  CHECK(r8 < 0.35);
+  // Other group sizes, and a last group shorter than the others.
+  const auto y = test::heavy_tailed(3000, 22);
+  CHECK(check_search<quantize::piecewise<4>>(y, 32, int_block_error<4>) < 0.6);
+  CHECK(check_search<quantize::piecewise<4>>(y, 1024, int_block_error<4>) < 0.45);
+  // Gaussian-like data has no tails to speak of: still no worse than uniform.
+  std::vector<float> z(4096);
+  for (std::size_t i = 0; i < z.size(); ++i) z[i] = static_cast<float>(std::sin(0.37 * double(i)) * 1e-2);
+  CHECK(check_search<quantize::piecewise<4>>(z, 128, int_block_error<4>) < 1.0);
+}
+
+TEST_CASE("piecewise: stochastic rounding is unbiased") {
+  const auto x = test::heavy_tailed(256, 5, 1.0f);
+  const std::uint64_t steps = 4000;
+  const auto check = [&]<class Q>(Q) {
+    const test::with_quantizer<Q> comp({.quantize = {.group = 64, .round = rounding::stochastic}});
+    const auto payload = test::compress_at(comp, x);
+    const auto mean = test::mean_decoded(comp, x, steps);
+    for (std::size_t i = 0; i < x.size(); ++i) {
+      // The breakpoint depends only on the values, so every step has the same meta. One draw
+      // is within a step of x, so its standard deviation is at most step / 2.
+      const auto m = group_meta<Q>(payload, i / 64);
+      const double step = std::abs(x[i]) <= m.p ? m.sc : m.st;
+      REQUIRE_MESSAGE(std::abs(mean[i] - x[i]) <= 5.0 * (step / 2) / std::sqrt(double(steps)) + eps(m.max),
+                      "element " << i);
+    }
+  };
+  check(quantize::piecewise<3>{});
+  check(quantize::piecewise<4>{});
+  check(quantize::piecewise<8>{});
+}
+
+TEST_CASE("piecewise: nearest rounding is deterministic, stochastic depends on seed and step only") {
+  const auto x = test::heavy_tailed(3000, 2);
+  using C = test::with_quantizer<quantize::piecewise<4>>;
+  const C near;
+  CHECK(test::round_trip(near, x, 0) == test::round_trip(near, x, 1));
+  const C a({.quantize = {.round = rounding::stochastic}, .seed = 7});
+  const C b({.quantize = {.round = rounding::stochastic}, .seed = 8});
+  CHECK(test::round_trip(a, x, 3) == test::round_trip(a, x, 3));
+  CHECK(test::round_trip(a, x, 3) != test::round_trip(a, x, 4));
+  CHECK(test::round_trip(a, x, 3) != test::round_trip(b, x, 3));
+}
+
+TEST_CASE("piecewise: golden bytes") {
+  SUBCASE("4 bits: two codes per byte, low nibble first") {
+    // x = {-16, 0, 2, 4}, M = 16, candidates p = k / 2. L = 3, T = 4. k = 12 (p = 6) is the
+    // smallest with zero error: centre step sc = 2 holds 0, 2, 4; tail step st = (16 - 6) / 4
+    // = 2.5 gives 8.5, 11, 13.5, 16. (p = 4 misses 2; below p = 4 the value 4 falls between
+    // levels, since no tail level can be 4.) Codes: -16: tail, negative, j = 0 -> 8|4|3 = 15;
+    // 0: q = 0 -> 3; 2: q = 1 -> 4; 4: q = 2 -> 5. Bytes 0x3f, 0x54.
+    const test::with_quantizer<quantize::piecewise<4>> comp({.quantize = {.group = 4}});
+    const auto p = test::compress_at(comp, {-16.0f, 0.0f, 2.0f, 4.0f}, 9);
+    const auto h = test::header_of(p);
+    CHECK(h.codec_id == 0x010a2004u);
+    CHECK(h.meta_bytes == 5);
+    CHECK(h.value_bytes == 2);
+    REQUIRE(p.size() == 88 + 8 + 8);
+    CHECK(load_le<std::uint32_t>(p.data() + 88) == float_bits(16.0f));
+    CHECK(std::to_integer<unsigned>(p[92]) == 12);
+    for (std::size_t i = 93; i < 96; ++i) CHECK(std::to_integer<unsigned>(p[i]) == 0);  // padding
+    const std::uint8_t codes[] = {0x3f, 0x54, 0, 0, 0, 0, 0, 0};
+    for (std::size_t i = 0; i < 8; ++i) CHECK(std::to_integer<unsigned>(p[96 + i]) == codes[i]);
+    CHECK(test::round_trip(comp, {-16.0f, 0.0f, 2.0f, 4.0f}) == std::vector<float>{-16.0f, 0.0f, 2.0f, 4.0f});
+  }
+  SUBCASE("3 bits: codes cross byte boundaries; a one-value group ties at every p") {
+    // Group 0: x = {8, -2, 0, 5}, M = 8, p = k / 4, L = 1, T = 2: levels 0, +-p, +-(4 + p/2),
+    // +-8. k = 8 (p = 2) is exact (0, 2, 5, 8) and no smaller p holds 2. Codes: 8: tail j = 0
+    // -> 4|0|1 = 5; -2: q = -1 -> 0; 0 -> 1; 5: tail j = 1 -> 4|0|0 = 4.
+    // Group 1: x = {-0.75}, M = 0.75: -M is exact for every p, so k = 1; code 4|2|1 = 7.
+    // Packed: 5 | 0 << 3 | 1 << 6 | 4 << 9 | 7 << 12 = 0x7845.
+    const test::with_quantizer<quantize::piecewise<3>> comp({.quantize = {.group = 4}});
+    const std::vector<float> x = {8.0f, -2.0f, 0.0f, 5.0f, -0.75f};
+    const auto p = test::compress_at(comp, x);
+    const auto h = test::header_of(p);
+    CHECK(h.codec_id == 0x010a2003u);
+    CHECK(h.meta_bytes == 10);
+    CHECK(h.value_bytes == 2);
+    REQUIRE(p.size() == 88 + 16 + 8);
+    CHECK(load_le<std::uint32_t>(p.data() + 88) == float_bits(8.0f));
+    CHECK(std::to_integer<unsigned>(p[92]) == 8);
+    CHECK(load_le<std::uint32_t>(p.data() + 93) == float_bits(0.75f));
+    CHECK(std::to_integer<unsigned>(p[97]) == 1);
+    const std::uint8_t codes[] = {0x45, 0x78, 0, 0, 0, 0, 0, 0};
+    for (std::size_t i = 0; i < 8; ++i) CHECK(std::to_integer<unsigned>(p[104 + i]) == codes[i]);
+    CHECK(test::round_trip(comp, x) == x);
+  }
+}
+
+TEST_CASE("piecewise: edge cases") {
+  using C = test::with_quantizer<quantize::piecewise<4>>;
+  const C comp({.quantize = {.group = 8}});
+  SUBCASE("all zeros decode to zeros") {
+    const std::vector<float> zeros(20, 0.0f);
+    CHECK(test::round_trip(comp, zeros) == zeros);
+  }
+  SUBCASE("a single huge value is exact, the rest of its group decodes to 0, other groups unharmed") {
+    auto x = test::heavy_tailed(24, 3);
+    x[3] = 1e30f;
+    const auto p = test::compress_at(comp, x);
+    const auto d = test::round_trip(comp, x);
+    CHECK(d[3] == 1e30f);
+    for (std::size_t i = 0; i < 8; ++i)
+      if (i != 3) CHECK(d[i] == 0.0f);
+    using Q = quantize::piecewise<4>;
+    for (std::size_t i = 8; i < 24; ++i) CHECK(std::abs(d[i] - x[i]) <= group_meta<Q>(p, i / 8).st);
+  }
+  SUBCASE("all equal values are exact (M is a level)") {
+    for (float v : {0.3f, -0.3f, 7e-20f}) {
+      const std::vector<float> x(20, v);
+      CHECK(test::round_trip(comp, x) == x);
+    }
+    std::vector<float> x(20, 2.5f);
+    for (std::size_t i = 0; i < x.size(); i += 3) x[i] = -2.5f;
+    CHECK(test::round_trip(comp, x) == x);
+  }
+  SUBCASE("largest floats do not overflow") {
+    const float big = std::numeric_limits<float>::max();
+    const std::vector<float> x = {big, -big, 1.0f, big / 3};
+    const auto d = test::round_trip(comp, x);
+    CHECK(d[0] == big);
+    CHECK(d[1] == -big);
+    CHECK(d[2] == 0.0f);
+    CHECK(d[3] == doctest::Approx(big / 3).epsilon(0.05));
+  }
+  SUBCASE("subnormal groups stay finite and within M") {
+    const std::vector<float> x = {1e-40f, -3e-41f, 0.0f, 1e-45f, 5e-39f, -5e-39f, 2e-39f, 1e-42f};
+    const auto d = test::round_trip(comp, x);
+    for (std::size_t i = 0; i < x.size(); ++i) {
+      CHECK(std::isfinite(d[i]));
+      CHECK(std::abs(d[i]) <= 5e-39f);
+      CHECK(std::abs(d[i] - x[i]) <= 5e-39f / 2);
+    }
+  }
+  SUBCASE("NaN or inf input: the frame carries a non-finite M and receivers reject it") {
+    for (float bad : {std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::infinity(),
+                      -std::numeric_limits<float>::infinity()}) {
+      auto x = test::heavy_tailed(16, 4);
+      x[10] = bad;
+      const auto p = test::compress_at(comp, x);
+      std::vector<float> out(16, 5.0f);
+      CHECK(comp.decompress<float>(p, out).code() == errc::non_finite_value);
+      CHECK(out == std::vector<float>(16, 5.0f));
+      CHECK(comp.accumulate<float>(p, out).code() == errc::non_finite_value);
+      CHECK(out == std::vector<float>(16, 5.0f));
+      // The sender can refuse them up front instead.
+      C strict({.quantize = {.group = 8}, .allow_non_finite = false});
+      state st = strict.make_state(16);
+      std::vector<std::byte> payload(strict.max_payload_bytes<float>(16));
+      CHECK(strict.compress<float>(x, st, payload).error().code() == errc::non_finite_value);
+    }
+  }
+}
+
+TEST_CASE("piecewise: untrusted metadata is validated before anything is written") {
+  using C = test::with_quantizer<quantize::piecewise<4>>;
+  const C comp({.quantize = {.group = 8}});
+  const auto x = test::heavy_tailed(20, 6);
+  const auto good = test::compress_at(comp, x);
+  const auto decode = [&](const std::vector<std::byte>& p) {
+    std::vector<float> out(20, 2.0f);
+    const status s = comp.accumulate<float>(p, out);
+    if (!s) CHECK(out == std::vector<float>(20, 2.0f));
+    return s.code();
+  };
+  const auto tampered_max = [&](std::size_t group, float v) {
+    auto p = good;
+    test::poke<std::uint32_t>(p, frame::header_bytes + 5 * group, float_bits(v));
+    frame::seal(p);
+    return decode(p);
+  };
+  const auto tampered_k = [&](std::size_t group, std::uint8_t k) {
+    auto p = good;
+    test::poke<std::uint8_t>(p, frame::header_bytes + 5 * group + 4, k);
+    frame::seal(p);
+    return decode(p);
+  };
+  CHECK(decode(good) == errc::ok);
+  CHECK(tampered_max(1, -1.0f) == errc::bad_meta);  // M negative
+  CHECK(tampered_max(1, -0.0f) == errc::bad_meta);
+  CHECK(tampered_max(0, std::numeric_limits<float>::quiet_NaN()) == errc::non_finite_value);
+  CHECK(tampered_max(2, std::numeric_limits<float>::infinity()) == errc::non_finite_value);
+  CHECK(tampered_k(0, 0) == errc::bad_meta);    // p = 0 with M > 0
+  CHECK(tampered_k(1, 17) == errc::bad_meta);   // no candidate
+  CHECK(tampered_k(2, 255) == errc::bad_meta);  // p > M
+  CHECK(tampered_k(2, 16) == errc::ok);         // another candidate: a valid (if worse) frame
+  CHECK(tampered_max(0, 0.0f) == errc::ok);     // M = 0: a group of zeros
+  CHECK(tampered_max(0, std::numeric_limits<float>::max()) == errc::ok);  // large M still decodes finite
+}
+
+TEST_CASE("piecewise: after top-k, groups run over the kept values") {
+  using Q = quantize::piecewise<4>;
+  using C = test::with_quantizer<Q, sparsify::topk>;
+  const C comp({.sparsify = {.density = 0.1}, .quantize = {.group = 16}});
+  const auto x = test::heavy_tailed(1000, 8);
+  const auto p = test::compress_at(comp, x);
+  const auto h = test::header_of(p);
+  CHECK(h.kept_count == 100);
+  CHECK(h.meta_bytes == 7 * 5);  // 100 kept values: 6 groups of 16 and one of 4
+  CHECK(h.value_bytes == 50);
+  const auto d = test::round_trip(comp, x);
+  std::vector<bool> kept(x.size(), false);
+  for (std::size_t m = 0; m < h.kept_count; ++m) {
+    const std::size_t j = load_le<std::uint32_t>(p.data() + h.index_offset() + 4 * m);
+    kept[j] = true;
+    const auto meta = group_meta<Q>(p, m / 16);
+    const double step = std::abs(x[j]) <= meta.p ? meta.sc : meta.st;
+    CHECK(std::abs(double(x[j]) - d[j]) <= step / 2 + eps(meta.max));
+  }
+  for (std::size_t j = 0; j < x.size(); ++j)
+    if (!kept[j]) CHECK(d[j] == 0.0f);
+}
+
+TEST_CASE("piecewise: error feedback keeps what rounding lost") {
+  using C = test::with_quantizer<quantize::piecewise<3>, sparsify::dense, feedback::residual>;
+  const C comp({.quantize = {.group = 32}});
+  const auto g = test::heavy_tailed(500, 9);
+  state st = comp.make_state(g.size());
+  std::vector<double> sent(g.size(), 0.0), total(g.size(), 0.0);
+  std::vector<std::byte> payload(comp.max_payload_bytes<float>(g.size()));
+  for (int step = 0; step < 50; ++step) {
+    REQUIRE(comp.compress<float>(g, st, payload).ok());
+    std::vector<float> d(g.size(), 0.0f);
+    REQUIRE(comp.decompress<float>(payload, d).ok());
+    for (std::size_t i = 0; i < g.size(); ++i) {
+      sent[i] += d[i];
+      total[i] += g[i];
+    }
+  }
+  // Everything not sent is in the residual: sent + residual == sum of gradients (to float rounding).
+  for (std::size_t i = 0; i < g.size(); ++i)
+    CHECK(sent[i] + st.residual[i] == doctest::Approx(total[i]).epsilon(1e-4).scale(1e-3));
+}
+
+TEST_CASE("piecewise: the AVX2 and baseline builds of the search give the same bytes") {
+  using C = test::with_quantizer<quantize::piecewise<4>, sparsify::dense, feedback::residual>;
+  for (rounding r : {rounding::nearest, rounding::stochastic}) {
+    const C comp({.quantize = {.group = 64, .round = r}, .seed = 3});
+    const auto g = test::heavy_tailed(5000, 12);
+    std::vector<std::vector<std::byte>> payloads;
+    std::vector<std::vector<float>> residuals;
+    for (bool avx2 : {true, false}) {
+      cpu::avx2_allowed() = avx2;
+      state st = comp.make_state(g.size());
+      std::vector<std::byte> payload(comp.max_payload_bytes<float>(g.size()));
+      const auto w = comp.compress<float>(g, st, payload);
+      cpu::avx2_allowed() = true;
+      REQUIRE(w.ok());
+      payload.resize(*w);
+      payloads.push_back(payload);
+      residuals.push_back(st.residual);
+    }
+    CHECK(payloads[0] == payloads[1]);
+    CHECK(residuals[0] == residuals[1]);
+  }
+}
