@@ -401,6 +401,7 @@ void register_quantizers() {
   add_quantizer<qsgd<4>>("qsgd4", {});
   add_quantizer<terngrad>("terngrad", {});
   add_quantizer<sign>("sign", {});
+  add_quantizer<piecewise<4>>("piecewise4", {});
 }
 
 void register_all() {

@@ -279,6 +279,7 @@ void run_quantizers(buffers& b, double density, const std::string& name, std::ve
   add(int_block<4>{}, "int4");
   add(int_block<4, int_range::asymmetric>{}, "int4 asym");
   add(int_block<2>{}, "int2 sr", {.round = rounding::stochastic});
+  add(piecewise<4>{}, "piecewise4");
   add(qsgd<4>{}, "qsgd 4b");
   add(terngrad{}, "terngrad");
   add(sign{}, "sign");

@@ -26,6 +26,7 @@
 #include "quantize/int_block.hpp"
 #include "quantize/natural.hpp"
 #include "quantize/none.hpp"
+#include "quantize/piecewise.hpp"
 #include "quantize/qsgd.hpp"
 #include "quantize/sign.hpp"
 #include "quantize/terngrad.hpp"

@@ -63,7 +63,13 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   if (options & 4) reseal(payload);
   using quantize::int_block;
   using quantize::int_range;
-  switch (which % 8) {
+  switch (which % 14) {
+    case 8: run<compressor<partition::whole, sparsify::dense, quantize::fp8_e4m3, feedback::none>>({.quantize = {.group = 4}}, options, payload, n); break;
+    case 9: run<compressor<partition::whole, sparsify::topk, quantize::natural, feedback::none>>({.sparsify = {.density = 0.5}}, options, payload, n); break;
+    case 10: run<compressor<partition::chunks, sparsify::dense, quantize::qsgd<4>, feedback::none>>({.partition = {.chunk_bytes = 96}, .quantize = {.group = 8}}, options, payload, n); break;
+    case 11: run<compressor<partition::whole, sparsify::dense, quantize::terngrad, feedback::none>>({.quantize = {.group = 4}}, options, payload, n); break;
+    case 12: run<compressor<partition::whole, sparsify::topk, quantize::sign, feedback::none>>({.sparsify = {.density = 0.5}, .quantize = {.group = 4}}, options, payload, n); break;
+    case 13: run<compressor<partition::whole, sparsify::dense, quantize::piecewise<3>, feedback::none>>({.quantize = {.group = 4}}, options, payload, n); break;
     case 5: run<compressor<partition::chunks, sparsify::dense, int_block<4, int_range::asymmetric>, feedback::none>>({.partition = {.chunk_bytes = 64}, .quantize = {.group = 4}}, options, payload, n); break;
     case 6: run<compressor<partition::whole, sparsify::topk, int_block<2>, feedback::none>>({.sparsify = {.density = 0.3}, .quantize = {.group = 2}}, options, payload, n); break;
     case 7: run<compressor<partition::whole, sparsify::dense, int_block<8>, feedback::none>>({.quantize = {.group = 8}}, options, payload, n); break;

@@ -20,3 +20,13 @@
 #else
 #define GRADCOMP_PREFETCH(address) ((void)(address))
 #endif
+
+// Inlined into the caller whatever the optimiser's budget: per-group math (fit, tree_sum) is
+// called inside loops that run_best() compiles for AVX2, and only inlined code gets that ISA.
+#if defined(__CUDACC__)
+#define GRADCOMP_INLINE __forceinline__
+#elif defined(__GNUC__) || defined(__clang__)
+#define GRADCOMP_INLINE inline __attribute__((always_inline))
+#else
+#define GRADCOMP_INLINE inline
+#endif

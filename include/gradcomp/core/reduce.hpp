@@ -17,14 +17,17 @@ inline constexpr std::size_t max_tree_sum = 4096;
 
 // Sum of f(x[i]) for i < n in the documented tree order. Precondition: n <= max_tree_sum.
 template <class F>
-GRADCOMP_HD float tree_sum(const float* x, std::size_t n, F f) {
+GRADCOMP_HD GRADCOMP_INLINE float tree_sum(const float* x, std::size_t n, F f) {
   if (n == 0) return 0.0f;
   std::size_t p = 1;
   while (p < n) p *= 2;
   if (p == 1) return f(x[0]);
   float v[max_tree_sum / 2];
   p /= 2;
-  for (std::size_t i = 0; i < p; ++i) v[i] = f(x[i]) + (i + p < n ? f(x[i + p]) : 0.0f);
+  // First level: v[i] = f(x[i]) + f(x[i + p]), with the padding (+0) only past n.
+  const std::size_t full = n - p;  // i < full has a partner x[i + p]
+  for (std::size_t i = 0; i < full; ++i) v[i] = f(x[i]) + f(x[i + p]);
+  for (std::size_t i = full; i < p; ++i) v[i] = f(x[i]) + 0.0f;
   while (p > 1) {
     p /= 2;
     for (std::size_t i = 0; i < p; ++i) v[i] = v[i] + v[i + p];
@@ -32,12 +35,12 @@ GRADCOMP_HD float tree_sum(const float* x, std::size_t n, F f) {
   return v[0];
 }
 
-GRADCOMP_HD inline float tree_sum(const float* x, std::size_t n) {
+GRADCOMP_HD GRADCOMP_INLINE float tree_sum(const float* x, std::size_t n) {
   return tree_sum(x, n, [](float a) { return a; });
 }
 
 // Largest |x[i]| (as a float; NaN if any x[i] is NaN), 0 for n == 0.
-GRADCOMP_HD inline float max_abs(const float* x, std::size_t n) {
+GRADCOMP_HD GRADCOMP_INLINE float max_abs(const float* x, std::size_t n) {
   std::uint32_t m = 0;
   for (std::size_t i = 0; i < n; ++i) m = abs_key(x[i]) > m ? abs_key(x[i]) : m;
   return bits_float(m);

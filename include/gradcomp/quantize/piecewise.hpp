@@ -61,14 +61,6 @@
 #include "../core/rounding.hpp"
 #include "group.hpp"
 
-// fit() is inlined where the compressor calls it, so its loops are compiled for the ISA that
-// cpu::run_best() picks (AVX2 where present) rather than once for the baseline.
-#if defined(__GNUC__) || defined(__clang__)
-#define GRADCOMP_PIECEWISE_INLINE __attribute__((always_inline))
-#else
-#define GRADCOMP_PIECEWISE_INLINE
-#endif
-
 namespace gradcomp::quantize {
 
 template <unsigned Bits = 4>
@@ -125,7 +117,8 @@ struct piecewise {
     return m;
   }
 
-  GRADCOMP_PIECEWISE_INLINE GRADCOMP_HD static meta fit(const config&, const float* x, std::size_t n) {
+  // Inlined where the compressor calls it, so its loops get the ISA run_best() picks.
+  GRADCOMP_HD GRADCOMP_INLINE static meta fit(const config&, const float* x, std::size_t n) {
     const float max = max_abs(x, n);
     // Errors are scaled by 2^-e with 2^e near M: exact, and their squares stay below 16.
     const float scale = power_scale(max);
@@ -249,4 +242,3 @@ struct piecewise {
 
 }  // namespace gradcomp::quantize
 
-#undef GRADCOMP_PIECEWISE_INLINE
