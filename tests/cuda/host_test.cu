@@ -104,12 +104,12 @@ TEST_CASE("section layout mirrors compressor::layout") {
   for (std::size_t count : {0u, 1u, 2u, 3u, 7u, 1000u, 65535u}) {
     for (std::size_t kept : {std::size_t{0}, std::size_t{1}, count / 2, count}) {
       if (kept > count) continue;
-      const auto a = d::section_layout<chunks_topk>(kept, count), b = sparse.layout(kept, count);
+      const auto a = d::section_layout<chunks_topk>(sparse.get_config(), kept, count), b = sparse.layout(kept, count);
       CHECK(a.frame_bytes() == b.frame_bytes());
       CHECK(a.index_bytes == b.index_bytes);
       CHECK(a.value_bytes == b.value_bytes);
       CHECK(a.kept_count == b.kept_count);
-      const auto c = d::section_layout<dense_bf16>(kept, count), e = dense.layout(kept, count);
+      const auto c = d::section_layout<dense_bf16>(dense.get_config(), kept, count), e = dense.layout(kept, count);
       CHECK(c.frame_bytes() == e.frame_bytes());
       CHECK(c.value_bytes == e.value_bytes);
     }

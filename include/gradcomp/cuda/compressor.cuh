@@ -30,6 +30,7 @@
 #include "../state.hpp"
 #include "common.cuh"
 #include "crc32c.cuh"
+#include "groups.cuh"
 #include "topk_select.cuh"
 
 #include <cub/block/block_reduce.cuh>
@@ -51,45 +52,57 @@ struct traits<compressor<P, S, Q, F>> {
   static constexpr unsigned code_bytes = sizeof(code_type);
   static constexpr bool dense = S::is_dense;
   static constexpr bool has_state = F::has_state;
-  // This backend runs ungrouped quantizers with byte-sized codes (the casts) so far.
-  static_assert(Q::meta_bytes == 0 && Q::bits == 8 * sizeof(code_type),
-                "gradcomp::cuda: grouped or bit-packed quantizers do not run on the GPU yet");
+  // Casts take the fused fast path; every other quantizer the grouped path (groups.cuh),
+  // which stages codes in 32-bit words.
+  static constexpr bool cast = is_cast<Q>;
+  static_assert(cast || (Q::bits <= 32 && sizeof(code_type) <= 4),
+                "gradcomp::cuda: grouped or bit-packed quantizers need bits <= 32 and a code_type of at most 4 bytes");
 };
 
-// Section sizes of a frame keeping `kept` of `count` elements.
+// Section sizes of a frame keeping `kept` of `count` elements (compressor::frame_layout).
 template <class C>
-GRADCOMP_HD frame::header section_layout(std::uint64_t kept, std::uint64_t count) {
-  return C::frame_layout(typename C::config{}, kept, count);  // ungrouped: no config value matters
+GRADCOMP_HD frame::header section_layout(const typename C::config& cfg, std::uint64_t kept, std::uint64_t count) {
+  return C::frame_layout(cfg, kept, count);
 }
 
 // One chunk of the compression plan.
 struct chunk_plan {
   std::uint64_t offset, count, kept;
   std::uint64_t frame_offset;                   // in the payload
-  std::uint64_t val_tile0, idx_tile0, sel_tile0;  // first tile of each kind
+  std::uint64_t val_tile0, idx_tile0, sel_tile0;  // first tile of each kind (fast path, selection)
+  std::uint64_t span0, body_tile0;              // grouped path: first span, first body tile
 };
 
 // Per-chunk totals, scanned over chunks.
 struct plan_sums {
-  std::uint64_t frame, val, idx, sel;
+  std::uint64_t frame, val, idx, sel, span, body;
 };
 struct plan_sums_add {
   GRADCOMP_HD plan_sums operator()(const plan_sums& a, const plan_sums& b) const {
-    return {a.frame + b.frame, a.val + b.val, a.idx + b.idx, a.sel + b.sel};
+    return {a.frame + b.frame, a.val + b.val, a.idx + b.idx, a.sel + b.sel, a.span + b.span, a.body + b.body};
   }
 };
 
+// Fast path: value and index tiles. Grouped path: spans (encode_groups_kernel) and body
+// tiles (seal_kernel). Top-k: selection tiles.
 template <class C>
-GRADCOMP_HD plan_sums chunk_sums(const frame::header& h) {
-  return {h.frame_bytes(), ceil_div(align8(h.value_bytes), tile_bytes), ceil_div(align8(h.index_bytes), tile_bytes),
-          traits<C>::dense ? 0 : ceil_div(h.dense_count, select_tile)};
+GRADCOMP_HD plan_sums chunk_sums(const typename C::config& cfg, const frame::header& h) {
+  const std::uint64_t sel = traits<C>::dense ? 0 : ceil_div(h.dense_count, select_tile);
+  if constexpr (traits<C>::cast) {
+    return {h.frame_bytes(), ceil_div(align8(h.value_bytes), tile_bytes), ceil_div(align8(h.index_bytes), tile_bytes), sel,
+            0, 0};
+  } else {
+    const std::size_t gs = traits<C>::quantizer::group_size(cfg.quantize);
+    return {h.frame_bytes(), 0, 0, sel, ceil_div(h.kept_count, span_values<typename traits<C>::quantizer>(gs)),
+            ceil_div(h.frame_bytes() - frame::header_bytes, tile_bytes)};
+  }
 }
 
 template <class C, class T>
 GRADCOMP_HD frame::header chunk_layout(const typename C::config& cfg, std::uint64_t n, std::uint64_t c, chunk_range& r) {
   using tr = traits<C>;
   r = tr::partitioner::chunk_at(cfg.partition, n, sizeof(T), c);
-  return section_layout<C>(tr::sparsifier::kept(cfg.sparsify, r.count), r.count);
+  return section_layout<C>(cfg, tr::sparsifier::kept(cfg.sparsify, r.count), r.count);
 }
 
 // What the host needs to size grids and check buffers: the plan's totals.
@@ -107,7 +120,7 @@ host_plan plan_on_host(const C& comp, std::size_t n) {
     chunk_range r;
     const frame::header h = chunk_layout<C, T>(comp.get_config(), n, c, r);
     if (!traits<C>::dense && r.count > 0xffffffffu) p.sparse_chunk_too_big = true;
-    p.total = plan_sums_add{}(p.total, chunk_sums<C>(h));
+    p.total = plan_sums_add{}(p.total, chunk_sums<C>(comp.get_config(), h));
   }
   return p;
 }
@@ -224,21 +237,21 @@ template <class C, class T>
 __global__ void __launch_bounds__(threads) plan_kernel(compress_args<C, T> a) {
   using scan = cub::BlockScan<plan_sums, threads>;
   __shared__ typename scan::TempStorage tmp;
-  plan_sums running{0, 0, 0, 0};
+  plan_sums running{0, 0, 0, 0, 0, 0};
   for (std::uint64_t base = 0; base < a.chunks; base += threads) {
     const std::uint64_t c = base + threadIdx.x;
-    plan_sums item{0, 0, 0, 0};
+    plan_sums item{0, 0, 0, 0, 0, 0};
     chunk_range r{0, 0};
     frame::header h;
     if (c < a.chunks) {
       h = chunk_layout<C, T>(a.cfg, a.n, c, r);
-      item = chunk_sums<C>(h);
+      item = chunk_sums<C>(a.cfg, h);
     }
     plan_sums before, total;
-    scan(tmp).ExclusiveScan(item, before, plan_sums{0, 0, 0, 0}, plan_sums_add{}, total);
+    scan(tmp).ExclusiveScan(item, before, plan_sums{0, 0, 0, 0, 0, 0}, plan_sums_add{}, total);
     if (c < a.chunks) {
       const plan_sums at = plan_sums_add{}(running, before);
-      a.ws.plan[c] = chunk_plan{r.offset, r.count, h.kept_count, at.frame, at.val, at.idx, at.sel};
+      a.ws.plan[c] = chunk_plan{r.offset, r.count, h.kept_count, at.frame, at.val, at.idx, at.sel, at.span, at.body};
       a.ws.crc[c] = 0;
       if constexpr (!traits<C>::dense) a.ws.sel[c] = initial_select(h.kept_count, r.count);
     }
@@ -271,7 +284,7 @@ __global__ void __launch_bounds__(threads) encode_dense_kernel(compress_args<C, 
   for (std::uint64_t tile = blockIdx.x; tile < a.tiles.val; tile += gridDim.x) {
     const std::uint64_t c = block_find(a.chunks, tile, [&](std::uint64_t i) { return a.ws.plan[i].val_tile0; }, &sh);
     const chunk_plan p = a.ws.plan[c];
-    const frame::header h = section_layout<C>(p.kept, p.count);
+    const frame::header h = section_layout<C>(a.cfg, p.kept, p.count);
     const std::uint64_t begin = (tile - p.val_tile0) * tile_bytes;
     const auto r = static_cast<std::uint32_t>(min_u64(tile_bytes, align8(h.value_bytes) - begin));
     const auto data = static_cast<std::uint32_t>(min_u64(tile_bytes, h.value_bytes - begin));
@@ -415,7 +428,7 @@ __global__ void __launch_bounds__(threads) write_kernel(compress_args<C, T> a) {
     const std::uint64_t c = block_find(a.chunks, tile, [&](std::uint64_t i) { return a.ws.plan[i].sel_tile0; }, &sh);
     const chunk_plan p = a.ws.plan[c];
     const select_state s = a.ws.sel[c];
-    const frame::header h = section_layout<C>(p.kept, p.count);
+    const frame::header h = section_layout<C>(a.cfg, p.kept, p.count);
     auto* out = reinterpret_cast<std::uint32_t*>(a.payload + p.frame_offset + h.index_offset());
     const std::uint64_t j0 = (tile - p.sel_tile0) * select_tile;
     const auto count = static_cast<std::uint32_t>(min_u64(select_tile, p.count - j0));
@@ -468,7 +481,7 @@ __global__ void __launch_bounds__(threads) encode_sparse_kernel(compress_args<C,
     const std::uint64_t c =
         block_find(a.chunks, t, [&](std::uint64_t i) { return is_index ? a.ws.plan[i].idx_tile0 : a.ws.plan[i].val_tile0; }, &sh);
     const chunk_plan p = a.ws.plan[c];
-    const frame::header h = section_layout<C>(p.kept, p.count);
+    const frame::header h = section_layout<C>(a.cfg, p.kept, p.count);
     std::byte* f = a.payload + p.frame_offset;
     const std::uint64_t section = is_index ? h.index_bytes : h.value_bytes;
     const std::uint64_t begin = (t - (is_index ? p.idx_tile0 : p.val_tile0)) * tile_bytes;
@@ -496,6 +509,81 @@ __global__ void __launch_bounds__(threads) encode_sparse_kernel(compress_args<C,
   }
 }
 
+// Grouped path: one block per span (groups.cuh): load, fit, encode, store, with a barrier
+// after each phase. Writes the span's group metadata and packed codes into the frame and
+// updates the residual of its values; seal_kernel checksums the frames afterwards.
+template <class C, class T>
+__global__ void __launch_bounds__(threads) encode_groups_kernel(compress_args<C, T> a) {
+  using tr = traits<C>;
+  using Q = typename tr::quantizer;
+  __shared__ float xs[span_slots];
+  __shared__ typename tr::code_type codes[max_span];
+  __shared__ std::uint32_t metas[span_min<Q> * meta_words<Q>];  // at most span_min groups per span
+  __shared__ std::uint64_t sh;
+  static_assert(sizeof xs + sizeof codes + sizeof metas <= span_shared_bytes,
+                "gradcomp::cuda: the quantizer's meta is too large for the grouped path's shared memory");
+  if (a.ws.ctl->error != 0) return;
+  const std::uint64_t step = a.ws.ctl->step;
+  const std::uint64_t span = span_values<Q>(Q::group_size(a.cfg.quantize));
+  for (std::uint64_t s = blockIdx.x; s < a.tiles.span; s += gridDim.x) {
+    const std::uint64_t c = block_find(a.chunks, s, [&](std::uint64_t i) { return a.ws.plan[i].span0; }, &sh);
+    const chunk_plan p = a.ws.plan[c];
+    const frame::header h = section_layout<C>(a.cfg, p.kept, p.count);
+    std::byte* f = a.payload + p.frame_offset;
+    const std::uint64_t m0 = (s - p.span0) * span;
+    const span_work<C, T> w{a.cfg,
+                            a.grad + p.offset,
+                            tr::has_state ? a.residual + p.offset : nullptr,
+                            tr::dense ? nullptr : reinterpret_cast<const std::uint32_t*>(f + h.index_offset()),
+                            f,
+                            h.value_offset(),
+                            m0,
+                            static_cast<std::uint32_t>(min_u64(span, p.kept - m0)),
+                            static_cast<std::uint32_t>(c),
+                            step};
+    span_load(w, xs, threadIdx.x, threads);
+    __syncthreads();
+    span_fit(w, xs, metas, threadIdx.x, threads);
+    __syncthreads();
+    span_encode(w, xs, metas, codes, threadIdx.x, threads);
+    __syncthreads();
+    span_store(w, codes, threadIdx.x, threads);
+    __syncthreads();  // xs, metas and codes are reused by the next span
+  }
+}
+
+// Grouped path: per tile of every frame body, zeroes the section padding (the only bytes no
+// other kernel writes) and adds the tile's CRC term to the chunk's accumulator.
+template <class C, class T>
+__global__ void __launch_bounds__(threads) seal_kernel(compress_args<C, T> a) {
+  __shared__ std::uint32_t stage[stage_words];
+  __shared__ std::uint32_t slice[4][256];
+  __shared__ std::uint32_t scratch[warps + 1];
+  __shared__ std::uint64_t sh;
+  if (a.ws.ctl->error != 0) return;
+  load_slices(slice);
+  for (std::uint64_t tile = blockIdx.x; tile < a.tiles.body; tile += gridDim.x) {
+    const std::uint64_t c = block_find(a.chunks, tile, [&](std::uint64_t i) { return a.ws.plan[i].body_tile0; }, &sh);
+    const chunk_plan p = a.ws.plan[c];
+    const frame::header h = section_layout<C>(a.cfg, p.kept, p.count);
+    const std::uint64_t body = h.frame_bytes() - frame::header_bytes;
+    const std::uint64_t begin = (tile - p.body_tile0) * tile_bytes;
+    const auto r = static_cast<std::uint32_t>(min_u64(tile_bytes, body - begin));  // a multiple of 8
+    auto* words = reinterpret_cast<std::uint32_t*>(a.payload + p.frame_offset + frame::header_bytes + begin);
+    for (std::uint32_t w = threadIdx.x; w < r / 4; w += threads) {
+      std::uint32_t v = words[w];
+      if (const std::uint32_t keep = body_keep_mask(h, begin + 4 * w); keep != 0xffffffffu) {
+        v &= keep;
+        words[w] = v;
+      }
+      stage[pad(w)] = v;
+    }
+    __syncthreads();
+    const std::uint32_t crc = tile_crc(stage, r, slice, scratch);  // ends with a barrier
+    if (threadIdx.x == 0) atomicXor(&a.ws.crc[c], crc_shift(device_crc_tables, crc, body - begin - r));
+  }
+}
+
 // Headers last: the CRC joins CRC32C(header[0, 84)) with the body's accumulated terms.
 template <class C, class T>
 __global__ void __launch_bounds__(threads) header_kernel(compress_args<C, T> a) {
@@ -503,7 +591,7 @@ __global__ void __launch_bounds__(threads) header_kernel(compress_args<C, T> a) 
   for (std::uint64_t c = blockIdx.x * std::uint64_t{threads} + threadIdx.x; c < a.chunks;
        c += std::uint64_t{gridDim.x} * threads) {
     const chunk_plan p = a.ws.plan[c];
-    frame::header h = section_layout<C>(p.kept, p.count);
+    frame::header h = section_layout<C>(a.cfg, p.kept, p.count);
     h.codec_id = a.codec;
     h.source_dtype = a.source_dtype;
     h.chunk_id = static_cast<std::uint32_t>(c);
@@ -524,6 +612,7 @@ struct frame_entry {
   std::uint64_t offset, frame_bytes, tile0;
   std::uint64_t kept, dense_count, element_offset;
   std::uint64_t idx_error;             // min over failing indices of (m << 8 | errc); ~0 if none
+  std::uint64_t meta_error;            // min over failing groups of (q << 8 | errc); ~0 if none
   std::uint64_t index_off, value_off;  // section offsets in the frame (frames may pass 4 GiB)
   std::uint32_t next;  // next frame of the same chunk, in payload order
   std::uint32_t crc_acc, head_crc, stored_crc;
@@ -600,6 +689,7 @@ __global__ void walk_kernel(decode_args<C, T> a) {
     e.dense_count = h.dense_count;
     e.element_offset = h.element_offset;
     e.idx_error = ~std::uint64_t{0};
+    e.meta_error = ~std::uint64_t{0};
     e.index_off = h.index_offset();
     e.value_off = h.value_offset();
     e.next = no_frame;
@@ -631,8 +721,8 @@ __global__ void walk_kernel(decode_args<C, T> a) {
   a.ws.ctl->mixed = mixed;
 }
 
-// Per body tile of every walked frame: the CRC term, and (headers permitting) the index and
-// non-finite checks of the indices and values inside the tile.
+// Per body tile of every walked frame: the CRC term, and (headers permitting) the index, group
+// metadata and non-finite checks of the indices, metadata and values inside the tile.
 template <class C, class T>
 __global__ void __launch_bounds__(threads) check_kernel(decode_args<C, T> a) {
   using tr = traits<C>;
@@ -641,7 +731,7 @@ __global__ void __launch_bounds__(threads) check_kernel(decode_args<C, T> a) {
   __shared__ std::uint32_t slice[4][256];
   __shared__ std::uint32_t scratch[warps + 1];
   __shared__ std::uint64_t sh;
-  __shared__ unsigned long long first_bad;
+  __shared__ unsigned long long first_bad, first_bad_meta;
   __shared__ std::uint32_t non_finite;
   load_slices(slice);
   const std::uint64_t frames = a.ws.ctl->frames, total = a.ws.ctl->body_tiles;
@@ -656,6 +746,7 @@ __global__ void __launch_bounds__(threads) check_kernel(decode_args<C, T> a) {
     for (std::uint32_t w = threadIdx.x; w < r / 4; w += threads) stage[pad(w)] = src[w];
     if (threadIdx.x == 0) {
       first_bad = ~0ull;
+      first_bad_meta = ~0ull;
       non_finite = 0;
     }
     __syncthreads();
@@ -674,18 +765,27 @@ __global__ void __launch_bounds__(threads) check_kernel(decode_args<C, T> a) {
             atomicMin(&first_bad, static_cast<unsigned long long>((m << 8) | static_cast<std::uint32_t>(s.code())));
         }
       }
-      if (!a.cfg.allow_non_finite) {
-        const std::uint64_t v0 = e.value_off - frame::header_bytes, v1 = v0 + tr::code_bytes * e.kept;
-        for (std::uint64_t b = max_u64(begin, v0) + tr::code_bytes * threadIdx.x; b < min_u64(end, v1);
-             b += tr::code_bytes * threads) {
-          const auto code = get_code<typename tr::code_type>(stage, static_cast<std::uint32_t>((b - begin) / tr::code_bytes));
-          if (!is_finite_bits(float_bits(Q::decode(a.cfg.quantize, {}, code)))) non_finite = 1;
+      if constexpr (tr::cast) {
+        if (!a.cfg.allow_non_finite) {
+          const std::uint64_t v0 = e.value_off - frame::header_bytes, v1 = v0 + tr::code_bytes * e.kept;
+          for (std::uint64_t b = max_u64(begin, v0) + tr::code_bytes * threadIdx.x; b < min_u64(end, v1);
+               b += tr::code_bytes * threads) {
+            const auto code = get_code<typename tr::code_type>(stage, static_cast<std::uint32_t>((b - begin) / tr::code_bytes));
+            if (!is_finite_bits(float_bits(Q::decode(a.cfg.quantize, {}, code)))) non_finite = 1;
+          }
         }
+      } else {  // grouped: metadata and codes are read from the frame itself (groups.cuh)
+        const std::byte* fp = a.payload + e.offset;
+        const std::uint64_t bad = meta_errors<C>(a.cfg.quantize, fp, e.kept, begin, end, threadIdx.x, threads);
+        if (bad != ~std::uint64_t{0}) atomicMin(&first_bad_meta, static_cast<unsigned long long>(bad));
+        if (!a.cfg.allow_non_finite && non_finite_in<C>(a.cfg.quantize, fp, e.value_off, e.kept, begin, end, threadIdx.x, threads))
+          non_finite = 1;
       }
     }
     __syncthreads();
     if (threadIdx.x == 0) {
       if (first_bad != ~0ull) atomicMin(reinterpret_cast<unsigned long long*>(&a.ws.frames[f].idx_error), first_bad);
+      if (first_bad_meta != ~0ull) atomicMin(reinterpret_cast<unsigned long long*>(&a.ws.frames[f].meta_error), first_bad_meta);
       if (non_finite) atomicOr(&a.ws.frames[f].non_finite, 1u);
     }
     __syncthreads();
@@ -693,7 +793,7 @@ __global__ void __launch_bounds__(threads) check_kernel(decode_args<C, T> a) {
 }
 
 // One thread: the first failing frame decides, with the CPU's order of checks within a frame
-// (header, CRC, header vs plan, indices, values).
+// (header, CRC, header vs plan, indices, group metadata, values).
 template <class C, class T>
 __global__ void resolve_kernel(decode_args<C, T> a) {
   if (threadIdx.x != 0 || blockIdx.x != 0) return;
@@ -706,6 +806,8 @@ __global__ void resolve_kernel(decode_args<C, T> a) {
       code = e.hdr_error;
     } else if (e.idx_error != ~std::uint64_t{0}) {
       code = static_cast<std::uint32_t>(e.idx_error & 0xffu);
+    } else if (e.meta_error != ~std::uint64_t{0}) {
+      code = static_cast<std::uint32_t>(e.meta_error & 0xffu);
     } else if (e.non_finite != 0) {
       code = static_cast<std::uint32_t>(errc::non_finite_value);
     }
@@ -725,9 +827,14 @@ __device__ void apply_range(const decode_args<C, T>& a, const frame_entry& e, st
   using code_type = typename tr::code_type;
   const auto& qc = a.cfg.quantize;
   const std::byte* f = a.payload + e.offset;
-  const auto* codes = reinterpret_cast<const code_type*>(f + e.value_off);
+  [[maybe_unused]] const auto* codes = reinterpret_cast<const code_type*>(f + e.value_off);  // casts only
   T* region = a.out + e.element_offset;
-  if constexpr (tr::dense) {
+  if constexpr (tr::dense && !tr::cast) {  // grouped: each value with its group's metadata
+    for (std::uint64_t j = j0 + threadIdx.x; j < j1; j += threads) {
+      const float v = value_at<C>(qc, f, e.value_off, j);
+      region[j] = from_float<T>(a.add ? canonical_nan(to_float(region[j]) + v) : v);
+    }
+  } else if constexpr (tr::dense) {
     constexpr unsigned unroll = 8;  // loads first, so that many bytes are in flight
     for (std::uint64_t base = j0; base < j1; base += threads * unroll) {
       float v[unroll], o[unroll];
@@ -766,7 +873,12 @@ __device__ void apply_range(const decode_args<C, T>& a, const frame_entry& e, st
     const std::uint64_t m0 = sh[0], m1 = sh[1];
     for (std::uint64_t m = m0 + threadIdx.x; m < m1; m += threads) {
       const std::uint32_t j = idx[m];
-      const float v = Q::decode(qc, {}, codes[m]);
+      float v;
+      if constexpr (tr::cast) {
+        v = Q::decode(qc, {}, codes[m]);
+      } else {
+        v = value_at<C>(qc, f, e.value_off, m);
+      }
       region[j] = from_float<T>(a.add ? canonical_nan(to_float(region[j]) + v) : v);
     }
   }
@@ -802,6 +914,21 @@ __global__ void __launch_bounds__(threads) apply_mixed_kernel(decode_args<C, T> 
   __shared__ std::uint64_t sh[2];
   if (a.ws.ctl->error != 0 || a.ws.ctl->mixed == 0) return;
   for (std::uint64_t f = 0; f < a.ws.ctl->frames; ++f) apply_range(a, a.ws.frames[f], 0, a.ws.frames[f].dense_count, sh);
+}
+
+// What the host can see of the quantizer's config that this backend cannot run: a cast (fast
+// path) configured with groups or stochastic rounding, or a group size the spans cannot hold.
+template <class C>
+status check_quantizer_config(const C& comp) {
+  using Q = typename traits<C>::quantizer;
+  const auto& qc = comp.get_config().quantize;
+  if constexpr (traits<C>::cast) {
+    if (Q::group_size(qc) != 0 || Q::stochastic(qc))
+      return {errc::invalid_argument, "gradcomp::cuda: a cast (ungrouped_quantizer) configured with groups or stochastic rounding"};
+  } else if (!span_group_ok(Q::group_size(qc))) {
+    return {errc::invalid_argument, "gradcomp::cuda: quantizer group sizes must be 0 or a power of two up to 4096"};
+  }
+  return {};
 }
 
 template <class C, class T>
@@ -882,8 +1009,7 @@ status compress(const C& comp, const executor& ex, std::span<const T> grad, cons
   using tr = detail::traits<C>;
   const std::size_t n = grad.size();
   if (auto s = comp.validate(); !s) return s;
-  if (tr::quantizer::stochastic(comp.get_config().quantize))
-    return {errc::invalid_argument, "stochastic quantizers do not run on the GPU yet"};
+  if (auto s = detail::check_quantizer_config(comp); !s) return s;
   if (auto s = detail::check_state<C, T>(comp, n, st); !s) return s;
   if (comp.template chunk_count<T>(n) > 0xffffffffu) return {errc::invalid_argument, "more than 2^32 chunks"};
   if (payload.size() < comp.template max_payload_bytes<T>(n))
@@ -906,7 +1032,8 @@ status compress(const C& comp, const executor& ex, std::span<const T> grad, cons
     detail::nonfinite_kernel<T><<<detail::grid_for(detail::ceil_div(n, B)), B, 0, s>>>(grad.data(), n, a.ws.ctl);
   detail::plan_kernel<C, T><<<1, B, 0, s>>>(a);
   if constexpr (tr::dense) {
-    if (p.total.val) detail::encode_dense_kernel<C, T><<<detail::grid_for(p.total.val), B, 0, s>>>(a);
+    if constexpr (tr::cast)
+      if (p.total.val) detail::encode_dense_kernel<C, T><<<detail::grid_for(p.total.val), B, 0, s>>>(a);
   } else if (p.total.sel) {
     if (auto e = cudaMemsetAsync(a.ws.hist, 0, p.chunks * detail::hist_bins * 4, s); e != cudaSuccess)
       return detail::cuda_status(e);
@@ -920,8 +1047,13 @@ status compress(const C& comp, const executor& ex, std::span<const T> grad, cons
     detail::count_kernel<C, T><<<gs, B, 0, s>>>(a);
     detail::scan_tiles_kernel<><<<1, B, 0, s>>>(a.ws.counts, p.total.sel, a.ws.ctl);
     detail::write_kernel<C, T><<<gs, B, 0, s>>>(a);
-    if (p.total.idx + p.total.val)
-      detail::encode_sparse_kernel<C, T><<<detail::grid_for(p.total.idx + p.total.val), B, 0, s>>>(a);
+    if constexpr (tr::cast)
+      if (p.total.idx + p.total.val)
+        detail::encode_sparse_kernel<C, T><<<detail::grid_for(p.total.idx + p.total.val), B, 0, s>>>(a);
+  }
+  if constexpr (!tr::cast) {  // grouped path: spans, then checksums and padding
+    if (p.total.span) detail::encode_groups_kernel<C, T><<<detail::grid_for(p.total.span), B, 0, s>>>(a);
+    if (p.total.body) detail::seal_kernel<C, T><<<detail::grid_for(p.total.body), B, 0, s>>>(a);
   }
   detail::header_kernel<C, T><<<detail::grid_for(detail::ceil_div(p.chunks, B)), B, 0, s>>>(a);
   return detail::cuda_status(cudaGetLastError());
@@ -978,6 +1110,9 @@ template <gradient_element T, class C>
 status decode(const C& comp, const executor& ex, std::span<const std::byte> payload, std::span<T> out, bool add,
               report* rep) {
   if (auto s = comp.validate(); !s) return s;
+  if constexpr (traits<C>::cast)  // the fast decode ignores metadata
+    if (traits<C>::quantizer::group_size(comp.get_config().quantize) != 0)
+      return {errc::invalid_argument, "gradcomp::cuda: a cast (ungrouped_quantizer) configured with groups"};
   if (payload.empty()) return {errc::truncated, "empty payload"};
   const std::uint64_t slots = chunk_slots(comp, out.size());
   const std::size_t fixed = carve_decode<C>(nullptr, slots, 0).bytes;
