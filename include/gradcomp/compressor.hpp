@@ -369,7 +369,8 @@ class compressor {
         const std::size_t n = std::min<std::size_t>(block, h.kept_count - m0);
         load(m0, n, xs);
         const meta_type mt = gs ? Quantizer::fit(qc, xs, n) : meta_type{};
-        if (gs) Quantizer::store_meta(mt, meta + m0 / gs * Quantizer::meta_bytes);
+        const std::size_t group = gs ? m0 / gs : 0;  // (a ?: keeps nvcc from flagging / 0 for casts)
+        if (gs) Quantizer::store_meta(mt, meta + group * Quantizer::meta_bytes);
         if (stochastic) {
           fill_random(random, m0, n, h.chunk_id, h.step);
           for (std::size_t i = 0; i < n; ++i) codes[i] = Quantizer::encode(qc, mt, xs[i], random[i]);

@@ -159,11 +159,9 @@ TEST_CASE("grouped, NaN gradients: rejected like the CPU when forbidden") {
   check_one(topk_int8_res({.sparsify = {.density = 0.05}, .allow_non_finite = false}), g);
 }
 
-// Known gap (host side): int_block::fit computes a NaN group's scale by arithmetic on the NaN
-// (max / levels), and x86 keeps the operand's NaN payload where CUDA returns 0x7fffffff, so
-// the scale's bytes differ until fit passes its results through canonical_nan (docs/cuda.md,
-// rule 7). Receivers reject both frames alike (non_finite_value).
-TEST_CASE("grouped, NaN gradients carried: the scale's NaN bits" * doctest::may_fail()) {
+// A NaN group's scale is NaN arithmetic (x86 keeps the operand's payload, CUDA returns
+// 0x7fffffff): store_meta writes it canonical, so the bytes agree (docs/cuda.md, rule 7).
+TEST_CASE("grouped, NaN gradients carried: the scale's NaN bits") {
   const std::vector<float> g = gctest::gradient(50000, 19, true);
   check_one(dense_int8({.quantize = {.group = 64}}), g);
 }

@@ -107,9 +107,10 @@ struct int_block {
     return asymmetric ? m.lo + q * m.scale : q * m.scale;
   }
 
+  // NaN canonical: a poisoned group's scale is NaN arithmetic, whose bits differ by backend.
   GRADCOMP_HD static void store_meta(const meta& m, std::byte* out) {
-    store_le<std::uint32_t>(out, float_bits(m.scale));
-    if constexpr (asymmetric) store_le<std::uint32_t>(out + 4, float_bits(m.lo));
+    store_le<std::uint32_t>(out, float_bits(canonical_nan(m.scale)));
+    if constexpr (asymmetric) store_le<std::uint32_t>(out + 4, float_bits(canonical_nan(m.lo)));
   }
   GRADCOMP_HD static meta load_meta(const std::byte* in) {
     meta m;

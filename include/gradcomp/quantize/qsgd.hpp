@@ -115,7 +115,10 @@ struct qsgd {
     return bits_float(float_bits(magnitude) | (static_cast<std::uint32_t>(code >> (Bits - 1)) << 31));
   }
 
-  GRADCOMP_HD static void store_meta(const meta& m, std::byte* out) { store_le<std::uint32_t>(out, float_bits(m.norm)); }
+  // NaN canonical: a poisoned group's norm is NaN arithmetic, whose bits differ by backend.
+  GRADCOMP_HD static void store_meta(const meta& m, std::byte* out) {
+    store_le<std::uint32_t>(out, float_bits(canonical_nan(m.norm)));
+  }
   GRADCOMP_HD static meta load_meta(const std::byte* in) {
     meta m;
     m.norm = bits_float(load_le<std::uint32_t>(in));

@@ -72,7 +72,10 @@ struct sign {
     return bits_float(float_bits(m.scale) | (static_cast<std::uint32_t>(code & 1u) << 31));
   }
 
-  GRADCOMP_HD static void store_meta(const meta& m, std::byte* out) { store_le<std::uint32_t>(out, float_bits(m.scale)); }
+  // NaN canonical: a poisoned group's mean is NaN arithmetic, whose bits differ by backend.
+  GRADCOMP_HD static void store_meta(const meta& m, std::byte* out) {
+    store_le<std::uint32_t>(out, float_bits(canonical_nan(m.scale)));
+  }
   GRADCOMP_HD static meta load_meta(const std::byte* in) {
     meta m;
     m.scale = bits_float(load_le<std::uint32_t>(in));
