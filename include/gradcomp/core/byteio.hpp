@@ -93,6 +93,16 @@ inline void unpack_codes(const std::byte* in, std::size_t first, std::size_t n, 
       return;
     }
   }
+  if constexpr (Bits % 8 != 0 && Bits <= 56) {  // odd widths: one 8-byte load per code where it fits
+    const std::size_t limit = packed_bytes(first + n, Bits);
+    for (std::size_t i = 0; i < n; ++i) {
+      const std::size_t bit = (first + i) * Bits;
+      codes[i] = bit / 8 + 8 <= limit
+                     ? static_cast<Code>((load_le<std::uint64_t>(in + bit / 8) >> (bit % 8)) & ((std::uint64_t{1} << Bits) - 1u))
+                     : load_code<Code, Bits>(in, first + i);
+    }
+    return;
+  }
   for (std::size_t i = 0; i < n; ++i) codes[i] = load_code<Code, Bits>(in, first + i);
 }
 
