@@ -77,8 +77,8 @@ GRADCOMP_HD inline Code load_code(const std::byte* in, std::size_t i) {
 }
 
 // codes[i] = code first + i of a packed section, for i < n. Byte-aligned runs of narrow codes
-// are unpacked a byte at a time (a vectorisable loop), which may write up to 8 / Bits - 1
-// entries past n: `codes` must have room for n + 8.
+// are unpacked a byte at a time (a vectorisable loop); odd widths with an 8-byte load each
+// where it stays within the codes asked for; reads stay within packed_bytes(first + n, Bits).
 template <class Code, unsigned Bits>
 inline void unpack_codes(const std::byte* in, std::size_t first, std::size_t n, Code* codes) {
   if constexpr (Bits < 8 && 8 % Bits == 0) {
@@ -101,9 +101,9 @@ inline void unpack_codes(const std::byte* in, std::size_t first, std::size_t n, 
                      ? static_cast<Code>((load_le<std::uint64_t>(in + bit / 8) >> (bit % 8)) & ((std::uint64_t{1} << Bits) - 1u))
                      : load_code<Code, Bits>(in, first + i);
     }
-    return;
+  } else {
+    for (std::size_t i = 0; i < n; ++i) codes[i] = load_code<Code, Bits>(in, first + i);
   }
-  for (std::size_t i = 0; i < n; ++i) codes[i] = load_code<Code, Bits>(in, first + i);
 }
 
 }  // namespace gradcomp
