@@ -93,6 +93,24 @@ inline void unpack_codes(const std::byte* in, std::size_t first, std::size_t n, 
       return;
     }
   }
+  if constexpr (Bits < 16 && Bits % 8 != 0 && 8 % Bits != 0) {
+    if (first % 8 == 0) {  // odd widths, aligned: 8 codes from Bits bytes
+      const std::byte* bytes = in + first / 8 * Bits;
+      std::size_t i = 0;
+      for (; i + 8 <= n; i += 8, bytes += Bits) {
+        std::uint64_t words[2] = {0, 0};
+        std::memcpy(words, bytes, Bits);
+        for (unsigned k = 0; k < 8; ++k) {
+          const unsigned bit = k * Bits;
+          std::uint64_t c = words[bit / 64] >> (bit % 64);
+          if (bit % 64 + Bits > 64) c |= words[1] << (64 - bit % 64);
+          codes[i + k] = static_cast<Code>(c & ((std::uint64_t{1} << Bits) - 1u));
+        }
+      }
+      for (; i < n; ++i) codes[i] = load_code<Code, Bits>(in, first + i);
+      return;
+    }
+  }
   if constexpr (Bits % 8 != 0 && Bits <= 56) {  // odd widths: one 8-byte load per code where it fits
     const std::size_t limit = packed_bytes(first + n, Bits);
     for (std::size_t i = 0; i < n; ++i) {

@@ -187,6 +187,19 @@ class packed_stream {
       }
       used_ += whole;
       i += whole * per_byte;
+    } else if constexpr (Bits < 16 && Bits % 8 != 0) {  // odd widths: 8 codes make Bits bytes
+      for (; filled_ != 0 && i < n; ++i) put_one(codes[i]);
+      for (; i + 8 <= n; i += 8) {
+        std::uint64_t words[2] = {0, 0};
+        for (unsigned k = 0; k < 8; ++k) {
+          const std::uint64_t c = codes[i + k] & mask;
+          const unsigned bit = k * Bits;
+          words[bit / 64] |= c << (bit % 64);
+          if (bit % 64 + Bits > 64) words[1] |= c >> (64 - bit % 64);
+        }
+        std::memcpy(tile_ + used_, words, Bits);
+        used_ += Bits;
+      }
     }
     for (; i < n; ++i) put_one(codes[i]);
     if (used_ >= flush_bytes) flush();
