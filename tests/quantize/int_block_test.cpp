@@ -164,19 +164,8 @@ TEST_CASE("int_block: edge cases") {
     CHECK(d[1] == doctest::Approx(x[1]).epsilon(1e-6));
   }
   SUBCASE("NaN or inf input: the frame carries a non-finite scale and receivers reject it") {
-    for (float bad : {std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::infinity()}) {
-      auto x = test::heavy_tailed(16, 4);
-      x[10] = bad;
-      const auto p = test::compress_at(comp, x);
-      std::vector<float> out(16, 5.0f);
-      CHECK(comp.decompress<float>(p, out).code() == errc::non_finite_value);
-      CHECK(out == std::vector<float>(16, 5.0f));
-      // The sender can refuse them up front instead.
-      C strict({.quantize = {.group = 8}, .allow_non_finite = false});
-      state st = strict.make_state(16);
-      std::vector<std::byte> payload(strict.max_payload_bytes<float>(16));
-      CHECK(strict.compress<float>(x, st, payload).error().code() == errc::non_finite_value);
-    }
+    test::check_non_finite_input<C>({.quantize = {.group = 8}}, {std::numeric_limits<float>::quiet_NaN(),
+                                    std::numeric_limits<float>::infinity()});
   }
 }
 
@@ -185,15 +174,7 @@ TEST_CASE("int_block: untrusted metadata is validated before anything is written
   const C comp({.quantize = {.group = 8}});
   const auto x = test::heavy_tailed(20, 6);
   const auto good = test::compress_at(comp, x);
-  const auto tampered = [&](std::size_t offset, float v) {
-    auto p = good;
-    test::poke<std::uint32_t>(p, offset, float_bits(v));
-    frame::seal(p);
-    std::vector<float> out(20, 2.0f);
-    const status s = comp.accumulate<float>(p, out);
-    if (!s) CHECK(out == std::vector<float>(20, 2.0f));
-    return s.code();
-  };
+  const auto tampered = [&](std::size_t offset, float v) { return test::decode_tampered(comp, good, offset, float_bits(v), 20); };
   const std::size_t meta = frame::header_bytes;
   CHECK(tampered(meta + 8, -1.0f) == errc::bad_meta);  // group 1 scale negative
   CHECK(tampered(meta + 8, -0.0f) == errc::bad_meta);

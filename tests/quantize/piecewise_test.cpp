@@ -324,22 +324,8 @@ TEST_CASE("piecewise: edge cases") {
     }
   }
   SUBCASE("NaN or inf input: the frame carries a non-finite M and receivers reject it") {
-    for (float bad : {std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::infinity(),
-                      -std::numeric_limits<float>::infinity()}) {
-      auto x = test::heavy_tailed(16, 4);
-      x[10] = bad;
-      const auto p = test::compress_at(comp, x);
-      std::vector<float> out(16, 5.0f);
-      CHECK(comp.decompress<float>(p, out).code() == errc::non_finite_value);
-      CHECK(out == std::vector<float>(16, 5.0f));
-      CHECK(comp.accumulate<float>(p, out).code() == errc::non_finite_value);
-      CHECK(out == std::vector<float>(16, 5.0f));
-      // The sender can refuse them up front instead.
-      C strict({.quantize = {.group = 8}, .allow_non_finite = false});
-      state st = strict.make_state(16);
-      std::vector<std::byte> payload(strict.max_payload_bytes<float>(16));
-      CHECK(strict.compress<float>(x, st, payload).error().code() == errc::non_finite_value);
-    }
+    test::check_non_finite_input<C>({.quantize = {.group = 8}}, {std::numeric_limits<float>::quiet_NaN(),
+                                    std::numeric_limits<float>::infinity(), -std::numeric_limits<float>::infinity()});
   }
 }
 
