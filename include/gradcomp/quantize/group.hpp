@@ -33,6 +33,18 @@ constexpr std::uint16_t group_param(std::size_t g) {
   return static_cast<std::uint16_t>(log2 << 12);
 }
 
+// 2^(127 - e), e the biased exponent of a magnitude a >= 0 clamped to [1, 253]: a times it
+// lies in [1, 2) for normal a (below 1 for subnormal a), and it and its inverse are normal
+// floats, so scaling by either is exact. Quantizers divide by a group's scale s as
+// (x * pre) * (1 / (s * pre)) with pre = pow2_normalizer(s): no division per value, and the
+// reciprocal neither overflows nor turns subnormal (which flush-to-zero would lose).
+GRADCOMP_HD inline float pow2_normalizer(float a) {
+  std::uint32_t e = float_bits(a) >> 23;  // NaN and infinity (e = 255) clamp like the largest
+  e = e > 1u ? e : 1u;
+  e = e < 253u ? e : 253u;
+  return bits_float((254u - e) << 23);
+}
+
 // A scale read from a frame: finite, not negative (+0 allowed: an all-zero group), and
 // `levels * scale` finite, so no code decodes to infinity.
 GRADCOMP_HD inline status check_scale(float scale, float levels) {

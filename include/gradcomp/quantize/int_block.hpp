@@ -8,9 +8,10 @@
 //              q = round((x - lo) / s) in [0, Q], code = q,      decoded = lo + q * s
 //
 // Rounding (config): nearest, ties to even, with |x - decoded| <= s/2 + 2^-20 max|x| (the
-// second term covers the float arithmetic: x / s is computed as x * (1/s)); or stochastic
-// (floor or ceiling, up with probability equal to the fraction, Philox random numbers keyed by
-// seed and step), unbiased to within 2^-16 s, |x - decoded| < s + 2^-20 max|x|.
+// second term covers the float arithmetic: x / s is computed with a reciprocal, see
+// pow2_normalizer in group.hpp); or stochastic (floor or ceiling, up with probability equal to
+// the fraction, Philox random numbers keyed by seed and step), unbiased to within 2^-16 s,
+// |x - decoded| < s + 2^-20 max|x|.
 // An all-zero group has s = 0 and decodes to zeros. Metadata per group: f32 s
 // (symmetric), f32 s then f32 lo (asymmetric). A group holding NaN or infinity gets a
 // non-finite scale, and receivers reject the frame with errc::non_finite_value; so does an
@@ -45,8 +46,8 @@ struct int_block {
   struct meta {
     float scale = 0.0f;
     float lo = 0.0f;   // asymmetric only
-    // Not sent: encode computes x / scale as (x * pre) * inv, with pre = 2^64 for scales so
-    // small that 1 / scale overflows (no division, no branch per value).
+    // Not sent: encode computes x / scale as (x * pre) * inv, pre = pow2_normalizer(scale),
+    // inv = 1 / (scale * pre) (no division per value, no overflowing or subnormal reciprocal).
     float pre = 1.0f;
     float inv = 0.0f;
   };
@@ -128,18 +129,12 @@ struct int_block {
   }
 
  private:
-  // inv = 1 / s, or 1 / (s * 2^64) with pre = 2^64 where 1 / s overflows; 0 for a zero or
-  // non-finite s (every value then encodes as zero or the clamp's bound).
+  // pre and inv of the meta; left 1 and 0 for a zero or non-finite scale (every value then
+  // encodes as zero or as the clamp's bound).
   GRADCOMP_HD static void set_inverse(meta& m) {
     if (!(m.scale > 0.0f) || !is_finite_bits(float_bits(m.scale))) return;
-    constexpr float two64 = 18446744073709551616.0f;
-    const float r = 1.0f / m.scale;
-    if (is_finite_bits(float_bits(r))) {
-      m.inv = r;
-    } else {
-      m.pre = two64;
-      m.inv = 1.0f / (m.scale * two64);
-    }
+    m.pre = pow2_normalizer(m.scale);
+    m.inv = 1.0f / (m.scale * m.pre);
   }
 };
 

@@ -111,7 +111,7 @@ struct piecewise {
     m.st = (max - m.p) / static_cast<float>(tail_levels);
     // encode multiplies (x * pre) by 1 / (sc * pre): the bits of x * (1 / sc) (pre is a power
     // of two), but finite where 1 / sc would overflow (sc subnormal), so it never divides.
-    m.pre = power_scale(max);
+    m.pre = pow2_normalizer(max);
     m.inv_sc = inverse(m.sc * m.pre);
     m.inv_st = inverse(m.st * m.pre);
     return m;
@@ -121,7 +121,7 @@ struct piecewise {
   GRADCOMP_HD GRADCOMP_INLINE static meta fit(const config&, const float* x, std::size_t n) {
     const float max = max_abs(x, n);
     // Errors are scaled by 2^-e with 2^e near M: exact, and their squares stay below 16.
-    const float scale = power_scale(max);
+    const float scale = pow2_normalizer(max);
 #if !GRADCOMP_DEVICE_CODE
     float sq[max_group_size];  // squared errors of one candidate: a loop that vectorises
 #endif
@@ -223,13 +223,6 @@ struct piecewise {
   GRADCOMP_HD static float clamp(float v, float lo, float hi) {
     v = bits_float(detail::select(!(v >= lo), float_bits(lo), float_bits(v)));
     return bits_float(detail::select(v > hi, float_bits(hi), float_bits(v)));
-  }
-
-  // 2^(127 - e) for M of biased exponent e, so M * 2^(127 - e) is in [1, 2) (in [1, 4) for
-  // e = 254, and bounded for subnormal M; e = 255, NaN or inf, gets 2^-126).
-  GRADCOMP_HD static float power_scale(float max) {
-    const std::uint32_t e = float_bits(max) >> 23;  // max >= 0: no sign bit
-    return bits_float((e < 254u ? 254u - e : 1u) << 23);
   }
 
   // 1 / s where it is finite and non-zero, else 0 (then s is 0 or the group is rejected).

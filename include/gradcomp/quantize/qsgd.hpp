@@ -78,10 +78,10 @@ struct qsgd {
 
   GRADCOMP_HD static meta fit(const config& c, const float* x, std::size_t n) {
     const float amax = max_abs(x, n);
-    const pow2_scale k = pow2_scale_for(amax);
-    const float sum = tree_sum(x, n, [k](float v) { return square_rn(v * k.k); });
+    const float k = pow2_normalizer(amax);  // k * x exact, squares neither overflow nor vanish
+    const float sum = tree_sum(x, n, [k](float v) { return square_rn(v * k); });
     meta m;
-    m.norm = sqrt_rn(sum) * k.inv;
+    m.norm = sqrt_rn(sum) * (1.0f / k);
     if (is_finite_bits(float_bits(amax)) && !is_finite_bits(float_bits(m.norm))) m.norm = bits_float(0x7f7fffffu);
     // Level s must decode finite: near the largest float, s * (norm / s) may round up to
     // infinity; one ulp less fixes that for every s <= 4095 (two steps, to be safe).
@@ -93,8 +93,8 @@ struct qsgd {
     // k * norm is in [2^-23, 256) (below 1 only for subnormal groups), so s / (k * norm) is a
     // normal number; k * norm and k * x are exact.
     if (m.norm > 0.0f && is_finite_bits(float_bits(m.norm))) {
-      m.pre = k.k;
-      m.inv = s / (m.norm * k.k);
+      m.pre = k;
+      m.inv = s / (m.norm * k);
     }
     return m;
   }
@@ -154,17 +154,6 @@ struct qsgd {
 #endif
   }
 
-  // Powers of two k and 1/k with k * amax in [1, 4) (below 1 when amax is subnormal), both
-  // normal numbers, so scaling by them is exact (unless a product leaves the normal range).
-  struct pow2_scale {
-    float k, inv;
-  };
-  GRADCOMP_HD static pow2_scale pow2_scale_for(float amax) {
-    const std::uint32_t e = float_bits(amax) >> 23;  // biased exponent; amax >= 0 or NaN
-    std::uint32_t kb = e < 253 ? 254 - e : 1;      // biased exponent of k = 2^(127 - e)
-    kb = kb < 253 ? kb : 253;
-    return {bits_float(kb << 23), bits_float((254 - kb) << 23)};
-  }
 };
 
 }  // namespace gradcomp::quantize

@@ -60,13 +60,7 @@ struct terngrad {
     meta m;
     m.scale = max_abs(x, n);
     if (m.scale > 0.0f && is_finite_bits(float_bits(m.scale))) {
-      // pre = 2^(127 - e) for the biased exponent e of s, kept a normal number (for
-      // subnormal s, s * pre is below 1 but still normal); the product is exact, and
-      // 1 / (s * pre) is a normal number where a plain 1 / s could overflow or be subnormal.
-      std::uint32_t e = float_bits(m.scale) >> 23;
-      e = e > 1u ? e : 1u;
-      e = e < 253u ? e : 253u;
-      m.pre = bits_float((254u - e) << 23);
+      m.pre = pow2_normalizer(m.scale);
       m.inv = 1.0f / (m.scale * m.pre);
     }
     return m;
