@@ -4,6 +4,7 @@
 
 #include <doctest/doctest.h>
 
+#include <cstring>
 #include <vector>
 
 #include "support/random.hpp"
@@ -72,4 +73,46 @@ TEST_CASE("bad checkpoints are rejected and leave the state unchanged") {
   expect(longer, comp.codec_id(), errc::size_mismatch);
   auto other_size = comp.make_state(99);
   CHECK(load_checkpoint(image, comp.codec_id(), other_size) == errc::size_mismatch);
+}
+
+TEST_CASE("momentum and thresholds are checkpointed: DGC restarts bit for bit") {
+  using D = compressor<partition::chunks, sparsify::threshold, quantize::bf16, feedback::momentum>;
+  const D comp({.partition = {.chunk_bytes = 16384}, .sparsify = {.density = 0.02}});
+  auto st = comp.make_state(20000);
+  REQUIRE(st.thresholds.size() == 5);  // one per chunk of the finer plan: fp32 (4096 values) over bf16 (8192)
+  const auto run = [&](state& s, std::uint32_t seed) {
+    const auto g = test::heavy_tailed(s.size, seed);
+    std::vector<std::byte> payload(comp.max_payload_bytes<float>(g.size()));
+    const auto w = comp.compress<float>(g, s, payload);
+    REQUIRE(w.ok());
+    payload.resize(*w);
+    return payload;
+  };
+  for (std::uint32_t s = 0; s < 4; ++s) (void)run(st, s);
+  std::vector<std::byte> image(checkpoint_bytes(st));
+  REQUIRE(save_checkpoint(st, comp.codec_id(), image).ok());
+  auto restored = comp.make_state(20000);
+  REQUIRE(load_checkpoint(image, comp.codec_id(), restored).ok());
+  CHECK(restored.momentum == st.momentum);
+  CHECK(restored.thresholds == st.thresholds);
+  for (std::uint32_t s = 4; s < 8; ++s) CHECK(run(st, s) == run(restored, s));
+}
+
+TEST_CASE("version 1 checkpoints (residual only) still load") {
+  C comp({.sparsify = {.density = 0.1}});
+  auto st = comp.make_state(50);
+  (void)step(comp, st, 3);
+  std::vector<std::byte> v1(40 + 4 * 50 + 4);
+  store_le<std::uint32_t>(v1.data(), checkpoint::magic);
+  store_le<std::uint16_t>(v1.data() + 4, 1);
+  store_le<std::uint32_t>(v1.data() + 8, comp.codec_id());
+  store_le<std::uint64_t>(v1.data() + 16, 50);
+  store_le<std::uint64_t>(v1.data() + 24, st.step);
+  store_le<std::uint64_t>(v1.data() + 32, 50);
+  std::memcpy(v1.data() + 40, st.residual.data(), 200);
+  store_le<std::uint32_t>(v1.data() + 240, crc32c(std::span<const std::byte>(v1.data(), 240)));
+  auto restored = comp.make_state(50);
+  REQUIRE(load_checkpoint(v1, comp.codec_id(), restored).ok());
+  CHECK(restored.residual == st.residual);
+  CHECK(restored.step == st.step);
 }

@@ -23,11 +23,19 @@
 #include "core/concepts.hpp"
 #include "core/frame.hpp"
 #include "core/numeric.hpp"
+#include "core/index_codec.hpp"
+#include "core/permutation.hpp"
 #include "core/philox.hpp"
+#include "core/reduce.hpp"
+#include "core/rounding.hpp"
 #include "core/status.hpp"
 #include "cpu/dispatch.hpp"
+#include "cpu/row_topk.hpp"
 #include "cpu/stream.hpp"
+#include "cpu/threshold_select.hpp"
 #include "cpu/topk_select.hpp"
+#include "sparsify/row_topk.hpp"
+#include "sparsify/threshold.hpp"
 #include "state.hpp"
 
 namespace gradcomp {
@@ -48,7 +56,8 @@ class compressor {
   static_assert(has_validate<Sparsifier>,
                 "gradcomp::compressor: the sparsifier needs `struct config` and `static status validate(const config&)`");
   static_assert(sparsifier_members<Sparsifier>,
-                "gradcomp::compressor: the sparsifier needs `id`, `is_dense` and `kept(config, n)`");
+                "gradcomp::compressor: the sparsifier needs `id`, `is_dense`, `kind` (a gradcomp::selection) and "
+                "`kept(config, n)`");
   static_assert(has_policy_kind<Quantizer, quantizer_tag>,
                 "gradcomp::compressor: the 3rd argument is not a quantizer: it lacks "
                 "`using policy_kind = gradcomp::quantizer_tag;`");
@@ -81,6 +90,12 @@ class compressor {
   using code_type = typename Quantizer::code_type;
   using meta_type = typename Quantizer::meta;
   static constexpr unsigned code_bits = Quantizer::bits;
+  static constexpr selection kind = Sparsifier::kind;
+  static_assert((kind == selection::dense) == Sparsifier::is_dense,
+                "gradcomp::compressor: a sparsifier is dense exactly when its kind is selection::dense");
+  // Sparse frames other than random-k carry an index list (u32, delta or bitmap).
+  static constexpr bool listed = !Sparsifier::is_dense && kind != selection::random;
+  static constexpr bool has_momentum = momentum_feedback<Feedback>;
 
  public:
   using partitioner = Partitioner;
@@ -96,9 +111,12 @@ class compressor {
     // false: compress rejects NaN/inf gradients and decoding rejects frames carrying them.
     // true (default): they travel like any value, so mixed-precision loss scaling sees them.
     bool allow_non_finite = true;
-    // Key of the counter-based randomness (stochastic rounding): the same seed on every rank
-    // and both backends gives the same bits.
+    // Key of the counter-based randomness (stochastic rounding, sampling, random-k): the same
+    // seed on every rank and both backends gives the same bits.
     std::uint32_t seed = 0;
+    // Sparse frames send their indices in the smallest of u32 list, delta-coded gaps and
+    // bitmap (docs/wire-format.md); false: always u32 lists (as the CUDA backend writes).
+    bool compact_indices = true;
   };
 
   compressor() = default;
@@ -141,13 +159,30 @@ class compressor {
     return total;
   }
 
-  // A state for gradients of n elements: residual (if the feedback keeps one) and workspace.
+  // A state for gradients of n elements: residual and momentum (if the feedback keeps them),
+  // thresholds (sparsify::threshold) and the selection workspace, sized for this config
+  // (a larger density later needs a new state).
   state make_state(std::size_t n) const {
     state s;
     s.size = n;
     if constexpr (Feedback::has_state) s.residual.assign(n, 0.0f);
-    if constexpr (!Sparsifier::is_dense) s.workspace.resize(cpu::topk_selector::workspace_bytes(n));
+    if constexpr (has_momentum) s.momentum.assign(n, 0.0f);
+    if constexpr (kind == selection::threshold)
+      if (validate()) s.thresholds.assign(threshold_slots(n), 0.0f);
+    s.workspace.resize(workspace_bytes(n));
     return s;
+  }
+
+  // Workspace bytes for gradients of n elements: the selection's scratch for the largest
+  // chunk, then room for its indices.
+  std::size_t workspace_bytes(std::size_t n) const {
+    if constexpr (Sparsifier::is_dense) {
+      return 0;
+    } else {
+      if (!validate()) return 0;  // compress refuses an invalid config anyway
+      const std::size_t c = largest_chunk(n);
+      return align8(selector_bytes(c)) + 4 * Sparsifier::kept(cfg_.sparsify, c);
+    }
   }
 
   // --- Compression. Writes one frame per chunk, back to back; returns the bytes written and
@@ -210,8 +245,7 @@ class compressor {
                                                std::size_t n) {
     if (h.codec_id != codec) return {errc::codec_mismatch, "frame codec id differs from the compressor's"};
     const bool dense = Sparsifier::is_dense;
-    if (h.indices != (dense ? frame::index_format::none : frame::index_format::u32_list))
-      return {errc::codec_mismatch, "frame index format differs from the sparsifier's"};
+    if (!index_format_allowed(h.indices)) return {errc::codec_mismatch, "frame index format differs from the sparsifier's"};
     const std::size_t element_bytes = h.source_dtype == dtype::f32 ? 4 : 2;
     if (h.chunk_id >= Partitioner::chunk_count(c.partition, n, element_bytes))
       return {errc::size_mismatch, "frame chunk id beyond the receiver's plan"};
@@ -221,10 +255,35 @@ class compressor {
     if (dense && h.kept_count != h.dense_count) return {errc::bad_header, "dense frame keeps fewer than all elements"};
     // kept <= dense <= n here, so the sizes below cannot overflow.
     const frame::header expect = frame_layout(c, h.kept_count, h.dense_count);
-    if (h.meta_bytes != expect.meta_bytes || h.index_bytes != expect.index_bytes || h.value_bytes != expect.value_bytes)
+    if (h.meta_bytes != expect.meta_bytes || h.value_bytes != expect.value_bytes || !index_bytes_plausible(h))
       return {errc::bad_header, "section sizes do not match the kept count"};
     return {};
   }
+
+  // Index formats a frame of this sparsifier may carry.
+  GRADCOMP_HD static bool index_format_allowed(frame::index_format f) {
+    if constexpr (Sparsifier::is_dense) return f == frame::index_format::none;
+    if constexpr (kind == selection::random) return f == frame::index_format::seeded;
+    return f == frame::index_format::u32_list || f == frame::index_format::delta || f == frame::index_format::bitmap;
+  }
+
+  // The index section's size against the header (a delta section's exact size depends on its
+  // width byte: indices::check).
+  GRADCOMP_HD static bool index_bytes_plausible(const frame::header& h) {
+    switch (h.indices) {
+      case frame::index_format::none: return h.index_bytes == 0;
+      case frame::index_format::u32_list: return h.index_bytes == indices::u32_bytes(h.kept_count);
+      case frame::index_format::bitmap: return h.index_bytes == indices::bitmap_bytes(h.dense_count);
+      case frame::index_format::delta:
+        return h.index_bytes >= indices::delta_bytes(h.kept_count, 0) && h.index_bytes <= indices::delta_bytes(h.kept_count, 32);
+      case frame::index_format::seeded: return h.index_bytes == seeded_index_bytes;
+    }
+    return false;
+  }
+
+  // Random-k frames: the seed (u32) and a zero u32, so that a receiver with another seed
+  // refuses the frame instead of scattering its values to the wrong places.
+  static constexpr std::size_t seeded_index_bytes = 8;
 
   // The m-th sparse index j of a chunk of `count` elements, `previous` being index m - 1.
   GRADCOMP_HD static status check_index(std::uint32_t j, std::uint32_t previous, std::size_t m, std::uint64_t count) {
@@ -239,13 +298,16 @@ class compressor {
     return g == 0 ? 0 : (kept + g - 1) / g;
   }
 
-  // Section sizes (no codec id) of a frame keeping `kept` of `count` elements.
+  // Section sizes (no codec id) of a frame keeping `kept` of `count` elements, its indices as
+  // a u32 list (the largest index encoding).
   GRADCOMP_HD static frame::header frame_layout(const config& c, std::size_t kept, std::size_t count) {
     frame::header h;
     h.dense_count = count;
     h.kept_count = Sparsifier::is_dense ? count : kept;
-    h.indices = Sparsifier::is_dense ? frame::index_format::none : frame::index_format::u32_list;
-    h.index_bytes = Sparsifier::is_dense ? 0 : 4 * h.kept_count;
+    h.indices = Sparsifier::is_dense         ? frame::index_format::none
+                : kind == selection::random ? frame::index_format::seeded
+                                             : frame::index_format::u32_list;
+    h.index_bytes = Sparsifier::is_dense ? 0 : kind == selection::random ? seeded_index_bytes : 4 * h.kept_count;
     h.meta_bytes = group_count(c.quantize, h.kept_count) * Quantizer::meta_bytes;
     h.value_bytes = packed_bytes(h.kept_count, code_bits);
     return h;
@@ -272,11 +334,17 @@ class compressor {
     h.element_offset = r.offset;
     const T* g = grad.data() + r.offset;
     float* e = Feedback::has_state ? st.residual.data() + r.offset : nullptr;
+    float* u = has_momentum ? st.momentum.data() + r.offset : nullptr;
+    const element_feedback<T> fb{cfg_.feedback, g, e, u, clip_factor(g, r.count)};
     std::byte* out = frame.data();
+    if constexpr (!Sparsifier::is_dense) {
+      encode_sparse(fb, h, st, out, streaming);
+      return h.frame_bytes();
+    }
     frame::write_header(h, out);
     frame::zero_padding(h, out);
     if constexpr (Sparsifier::is_dense) {
-      if constexpr (code_bits == 8 * sizeof(code_type)) {
+      if constexpr (code_bits == 8 * sizeof(code_type) && !has_momentum) {
         if (is_plain_cast()) {  // the body is the values: checksummed as they are written
           std::uint32_t body_crc = encode_cast(g, e, r.count, out + h.value_offset(), streaming);
           const std::size_t end = h.value_offset() + h.value_bytes;
@@ -285,11 +353,92 @@ class compressor {
           return h.frame_bytes();
         }
       }
-      encode_dense(g, e, h, out, streaming);
-    } else {
-      encode_topk(g, e, h, st.workspace, out, streaming);
+      encode_dense(fb, h, out, streaming);
     }
     return h.frame_bytes();
+  }
+
+  // The feedback's per-element work on one chunk (g, and e, u where the feedback keeps them).
+  template <class T>
+  struct element_feedback {
+    const typename Feedback::config& cfg;
+    const T* g;
+    float* e;
+    float* u;
+    float clip;  // momentum's local clipping factor, else 1
+
+    // x_j, the value considered for sending, without side effects.
+    float peek(std::size_t j) const {
+      if constexpr (has_momentum) {
+        return Feedback::combine(cfg, Feedback::velocity(cfg, mul_rn(clip, to_float(g[j])), u[j]), e[j]);
+      } else if constexpr (Feedback::has_state) {
+        return Feedback::combine(cfg, to_float(g[j]), e[j]);
+      } else {
+        return to_float(g[j]);
+      }
+    }
+    // x_j, leaving the state as if nothing were sent (e = x, u = u').
+    float scan(std::size_t j) const {
+      if constexpr (has_momentum) {
+        u[j] = Feedback::velocity(cfg, mul_rn(clip, to_float(g[j])), u[j]);
+        return e[j] = Feedback::combine(cfg, u[j], e[j]);
+      } else if constexpr (Feedback::has_state) {
+        return e[j] = Feedback::combine(cfg, to_float(g[j]), e[j]);
+      } else {
+        return to_float(g[j]);
+      }
+    }
+    // x_j after scan(j).
+    float value(std::size_t j) const {
+      if constexpr (Feedback::has_state) {
+        return e[j];
+      } else {
+        return to_float(g[j]);
+      }
+    }
+    // Element j was sent as `decoded`: keep the rest, and mask the momentum (DGC).
+    void sent(std::size_t j, float x, float decoded) const {
+      if constexpr (Feedback::has_state) e[j] = Feedback::remainder(cfg, x, decoded);
+      if constexpr (has_momentum) u[j] = 0.0f;
+    }
+  };
+
+  // Momentum's local gradient clipping factor for a chunk: squared norm summed in blocks of
+  // max_tree_sum values (tree order, core/reduce.hpp), block sums added in double in order.
+  template <class T>
+  float clip_factor(const T* g, std::size_t count) const {
+    if constexpr (has_momentum) {
+      if (!(cfg_.feedback.clip_norm > 0.0f)) return 1.0f;
+      double total = 0.0;
+      alignas(64) float block[max_tree_sum];
+      for (std::size_t j0 = 0; j0 < count; j0 += max_tree_sum) {
+        const std::size_t n = std::min(max_tree_sum, count - j0);
+        for (std::size_t i = 0; i < n; ++i) block[i] = to_float(g[j0 + i]);
+        total += tree_sum(block, n, [](float x) { return mul_rn(x, x); });
+      }
+      return Feedback::clip_scale(cfg_.feedback, static_cast<float>(total));
+    } else {
+      (void)g;
+      (void)count;
+      return 1.0f;
+    }
+  }
+
+  // The largest chunk of a buffer of n elements, for either element size.
+  std::size_t largest_chunk(std::size_t n) const {
+    std::size_t most = 0;
+    for (std::size_t i = 0, c = chunk_count<float>(n); i < c; ++i) most = std::max(most, chunk<float>(n, i).count);
+    for (std::size_t i = 0, c = chunk_count<bf16_t>(n); i < c; ++i) most = std::max(most, chunk<bf16_t>(n, i).count);
+    return most;
+  }
+  std::size_t threshold_slots(std::size_t n) const { return std::max(chunk_count<float>(n), chunk_count<bf16_t>(n)); }
+
+  // Scratch of the selection skeleton for a chunk of c elements.
+  std::size_t selector_bytes(std::size_t c) const {
+    if constexpr (kind == selection::exact_topk) return cpu::topk_selector::workspace_bytes(c);
+    if constexpr (kind == selection::threshold) return cpu::threshold_selector::workspace_bytes(cfg_.sparsify, c);
+    if constexpr (kind == selection::row_topk) return cpu::row_topk_selector::workspace_bytes(cfg_.sparsify.cols);
+    return 0;
   }
 
   // A quantizer used as a cast: no groups, no randomness (the fused, checksummed fast path).
@@ -315,8 +464,11 @@ class compressor {
     if (auto s = validate(); !s) return s;
     if (grad.size() != st.size) return {errc::size_mismatch, "gradient size differs from the state's"};
     if (Feedback::has_state && st.residual.size() != st.size) return {errc::size_mismatch, "state has no residual"};
-    if (!Sparsifier::is_dense && st.workspace.size() < cpu::topk_selector::workspace_bytes(st.size))
-      return {errc::size_mismatch, "state workspace too small: use make_state()"};
+    if (has_momentum && st.momentum.size() != st.size) return {errc::size_mismatch, "state has no momentum"};
+    if (kind == selection::threshold && st.thresholds.size() < threshold_slots(st.size))
+      return {errc::size_mismatch, "state has no thresholds: use make_state()"};
+    if (st.workspace.size() < workspace_bytes(st.size))
+      return {errc::size_mismatch, "state workspace too small for this config: use make_state()"};
     if (chunk_count<T>(grad.size()) > 0xffffffffu) return {errc::invalid_argument, "more than 2^32 chunks"};
     return {};
   }
@@ -402,60 +554,115 @@ class compressor {
   }
 
   template <class T>
-  void encode_dense(const T* g, float* e, const frame::header& h, std::byte* f, bool streaming) const {
-    const auto& fc = cfg_.feedback;
+  void encode_dense(const element_feedback<T>& fb, const frame::header& h, std::byte* f, bool streaming) const {
     encode_values(
-        h, f, streaming,
-        [&](std::size_t m0, std::size_t n, float* xs) {
-          if constexpr (Feedback::has_state) {
-            for (std::size_t i = 0; i < n; ++i) xs[i] = Feedback::combine(fc, to_float(g[m0 + i]), e[m0 + i]);
-          } else {
-            for (std::size_t i = 0; i < n; ++i) xs[i] = to_float(g[m0 + i]);
-          }
+        h, f, streaming, [&](std::size_t m0, std::size_t n, float* xs) {
+          for (std::size_t i = 0; i < n; ++i) xs[i] = fb.peek(m0 + i);
         },
         [&](std::size_t m0, std::size_t n, const float* xs, const float* decoded) {
-          for (std::size_t i = 0; i < n; ++i) e[m0 + i] = Feedback::remainder(fc, xs[i], decoded[i]);
+          for (std::size_t i = 0; i < n; ++i) fb.sent(m0 + i, xs[i], decoded[i]);
         });
   }
 
+  // Selects the chunk's sent elements into the workspace's index buffer; returns their count.
   template <class T>
-  void encode_topk(const T* g, float* e, const frame::header& h, std::span<std::byte> workspace, std::byte* f,
-                   bool streaming) const {
-    const auto& fc = cfg_.feedback;
-    std::byte* indices = f + h.index_offset();
-    cpu::topk_selector select(workspace, h.dense_count, h.kept_count);
-    if constexpr (Feedback::has_state) {  // x = g + e is computed and stored during the scan
-      select.select([&](std::size_t j) { return abs_key(Feedback::combine(fc, to_float(g[j]), e[j])); },
-                    [&](std::size_t j) {
-                      e[j] = Feedback::combine(fc, to_float(g[j]), e[j]);
-                      return abs_key(e[j]);
-                    },
-                    [&](std::size_t j) { return abs_key(e[j]); }, indices);
+  std::size_t select_indices(const element_feedback<T>& fb, const frame::header& h, state& st, std::uint32_t* idx) const {
+    const std::size_t count = h.dense_count;
+    const std::span<std::byte> scratch(st.workspace.data(), align8(selector_bytes(count)));
+    const auto peek_key = [&](std::size_t j) { return abs_key(fb.peek(j)); };
+    const auto scan_key = [&](std::size_t j) { return abs_key(fb.scan(j)); };  // x = g + e computed once, here
+    const auto key_at = [&](std::size_t j) { return abs_key(fb.value(j)); };
+    if constexpr (kind == selection::exact_topk) {
+      cpu::topk_selector(scratch, count, h.kept_count).select(peek_key, scan_key, key_at, reinterpret_cast<std::byte*>(idx));
+      return h.kept_count;
+    } else if constexpr (kind == selection::threshold) {
+      float& last = st.thresholds[h.chunk_id];
+      cpu::threshold_selector select(scratch, cfg_.sparsify, count, cfg_.seed, h.step, h.chunk_id, last);
+      const std::size_t kept = select.select(peek_key, scan_key, key_at, idx);
+      last = select.threshold();
+      return kept;
+    } else if constexpr (kind == selection::row_topk) {
+      return cpu::row_topk_selector(scratch, count, cfg_.sparsify.cols, Sparsifier::per_row(cfg_.sparsify))
+          .select(scan_key, idx);
     } else {
-      const auto key = [&](std::size_t j) { return abs_key(to_float(g[j])); };
-      select.select(key, key, key, indices);
+      static_assert(kind == selection::random, "gradcomp::compressor: no CPU selection for this sparsifier kind");
+      if constexpr (Feedback::has_state)
+        for (std::size_t j = 0; j < count; ++j) (void)fb.scan(j);
+      const feistel_permutation pi(count, cfg_.seed, h.step, h.chunk_id);
+      for (std::size_t m = 0; m < h.kept_count; ++m) idx[m] = pi(static_cast<std::uint32_t>(m));
+      return h.kept_count;
     }
-    const auto index = [&](std::size_t m) { return load_le<std::uint32_t>(indices + 4 * m); };
+  }
+
+  // A sparse frame: selection, then the header in the index encoding chosen for the
+  // selected indices, the index section, and the values.
+  template <class T>
+  void encode_sparse(const element_feedback<T>& fb, frame::header& h, state& st, std::byte* f, bool streaming) const {
+    auto* idx = reinterpret_cast<std::uint32_t*>(st.workspace.data() + align8(selector_bytes(h.dense_count)));
+    const std::size_t kept = select_indices(fb, h, st, idx);
+    if (kept != h.kept_count) {  // threshold: data-dependent count
+      const frame::header sized = layout(kept, h.dense_count);
+      h.kept_count = kept;
+      h.meta_bytes = sized.meta_bytes;
+      h.index_bytes = sized.index_bytes;
+      h.value_bytes = sized.value_bytes;
+    }
+    std::byte* section = f + h.index_offset();
+    if constexpr (listed) {
+      const indices::encoding enc = indices::choose(idx, kept, h.dense_count, cfg_.compact_indices);
+      h.indices = enc.format;
+      h.index_bytes = enc.bytes;
+      section = f + h.index_offset();
+      indices::write(enc, idx, kept, h.dense_count, section);
+    } else {
+      store_le<std::uint32_t>(section, cfg_.seed);
+      store_le<std::uint32_t>(section + 4, 0);
+    }
+    frame::write_header(h, f);
+    frame::zero_padding(h, f);
+    const T* g = fb.g;
     constexpr std::size_t ahead = 32;  // kept elements are scattered: keep many loads in flight
     encode_values(
         h, f, streaming,
         [&](std::size_t m0, std::size_t n, float* xs) {
           for (std::size_t i = 0; i < n; ++i) {
             const std::size_t m = m0 + i;
-            if (m + ahead < h.kept_count) {
+            if (m + ahead < kept) {
               if constexpr (Feedback::has_state) {
-                GRADCOMP_PREFETCH(e + index(m + ahead));
+                GRADCOMP_PREFETCH(fb.e + idx[m + ahead]);
               } else {
-                GRADCOMP_PREFETCH(g + index(m + ahead));
+                GRADCOMP_PREFETCH(g + idx[m + ahead]);
               }
             }
-            xs[i] = Feedback::has_state ? e[index(m)] : to_float(g[index(m)]);
+            xs[i] = fb.value(idx[m]);
           }
         },
         [&](std::size_t m0, std::size_t n, const float* xs, const float* decoded) {
-          for (std::size_t i = 0; i < n; ++i) e[index(m0 + i)] = Feedback::remainder(fc, xs[i], decoded[i]);
+          for (std::size_t i = 0; i < n; ++i) fb.sent(idx[m0 + i], xs[i], decoded[i]);
         });
   }
+
+  // The indices of a validated sparse frame, a block at a time, in value order.
+  class index_source {
+   public:
+    index_source(const frame::header& h, const std::byte* f, std::uint32_t seed)
+        : list_(h.indices, f + h.index_offset(), h.index_bytes),
+          pi_(h.dense_count, seed, h.step, h.chunk_id),
+          seeded_(h.indices == frame::index_format::seeded) {}
+    // where[i] = index of value m0 + i, i < n (blocks in order).
+    void next(std::size_t m0, std::size_t n, std::uint32_t* where) {
+      if (seeded_) {
+        for (std::size_t i = 0; i < n; ++i) where[i] = pi_(static_cast<std::uint32_t>(m0 + i));
+      } else {
+        list_.next(where, n);
+      }
+    }
+
+   private:
+    indices::reader list_;
+    feistel_permutation pi_;
+    bool seeded_;
+  };
 
   // Meta of group q of frame f (validated by check_frame before use).
   meta_type group_meta(const frame::header& h, const std::byte* f, std::size_t q) const {
@@ -466,14 +673,11 @@ class compressor {
   // its indices, group metadata and (when forbidden) non-finite values.
   status check_frame(const frame::header& h, const std::byte* f, std::size_t n) const {
     if (auto s = check_frame_header(cfg_, codec_id(), h, n); !s) return s;
-    if constexpr (!Sparsifier::is_dense) {
-      const std::byte* idx = f + h.index_offset();
-      std::uint32_t previous = 0;
-      for (std::size_t m = 0; m < h.kept_count; ++m) {
-        const std::uint32_t j = load_le<std::uint32_t>(idx + 4 * m);
-        if (auto s = check_index(j, previous, m, h.dense_count); !s) return s;
-        previous = j;
-      }
+    if constexpr (listed) {
+      if (auto s = indices::check(h.indices, f + h.index_offset(), h.index_bytes, h.kept_count, h.dense_count); !s) return s;
+    } else if constexpr (kind == selection::random) {
+      if (load_le<std::uint32_t>(f + h.index_offset()) != cfg_.seed || load_le<std::uint32_t>(f + h.index_offset() + 4) != 0)
+        return {errc::codec_mismatch, "random-k frame made with another seed"};
     }
     const auto& qc = cfg_.quantize;
     for (std::size_t q = 0, groups = group_count(qc, h.kept_count); q < groups; ++q)
@@ -502,9 +706,10 @@ class compressor {
       const auto qc = cfg_.quantize;  // locals: output stores cannot alias them
       const std::size_t gs = Quantizer::group_size(qc), block = gs ? gs : ungrouped_block;
       const std::byte* values = f + h.value_offset();
-      const std::byte* idx = f + h.index_offset();
       alignas(64) code_type codes[max_group_size + 8];
       alignas(64) T decoded[max_group_size];
+      alignas(64) std::uint32_t where[Sparsifier::is_dense ? 1 : max_group_size];
+      index_source indices_of(h, f, cfg_.seed);
       for (std::size_t m0 = 0; m0 < h.kept_count; m0 += block) {
         const std::size_t n = std::min<std::size_t>(block, h.kept_count - m0);
         const meta_type mt = gs ? group_meta(h, f, m0 / gs) : meta_type{};
@@ -522,8 +727,9 @@ class compressor {
             for (std::size_t i = 0; i < n; ++i) to[i] = from_float<T>(Quantizer::decode(qc, mt, codes[i]));
           }
         } else {
+          indices_of.next(m0, n, where);
           for (std::size_t i = 0; i < n; ++i) {
-            T& to = region[load_le<std::uint32_t>(idx + 4 * (m0 + i))];
+            T& to = region[where[i]];
             const float v = Quantizer::decode(qc, mt, codes[i]);
             to = from_float<T>(add ? canonical_nan(to_float(to) + v) : v);
           }

@@ -377,8 +377,9 @@ TEST_CASE("piecewise: after top-k, groups run over the kept values") {
   CHECK(h.value_bytes == 50);
   const auto d = test::round_trip(comp, x);
   std::vector<bool> kept(x.size(), false);
+  const auto where = test::frame_indices(p);
   for (std::size_t m = 0; m < h.kept_count; ++m) {
-    const std::size_t j = load_le<std::uint32_t>(p.data() + h.index_offset() + 4 * m);
+    const std::size_t j = where[m];
     kept[j] = true;
     const auto meta = group_meta<Q>(p, m / 16);
     const double step = std::abs(x[j]) <= meta.p ? meta.sc : meta.st;

@@ -2,6 +2,7 @@
 // Helpers to inspect and tamper with frames in tests.
 
 #include <gradcomp/core/frame.hpp>
+#include <gradcomp/core/index_codec.hpp>
 
 #include <cstddef>
 #include <cstdint>
@@ -22,6 +23,17 @@ inline std::vector<std::span<std::byte>> split_frames(std::span<std::byte> paylo
   }
   return frames;
 }
+
+// The indices of a listed sparse frame (u32 list, delta or bitmap), ascending.
+inline std::vector<std::uint32_t> frame_indices(std::span<const std::byte> frame_bytes) {
+  const auto h = header_of(frame_bytes);
+  std::vector<std::uint32_t> idx(h.kept_count);
+  indices::reader(h.indices, frame_bytes.data() + h.index_offset(), h.index_bytes).next(idx.data(), idx.size());
+  return idx;
+}
+
+// Recomputes a tampered frame's CRC, so that decoding reaches the field under test.
+inline void reseal(std::span<std::byte> frame_bytes) { frame::seal(frame_bytes.first(header_of(frame_bytes).frame_bytes())); }
 
 template <class T>
 void poke(std::span<std::byte> frame_bytes, std::size_t offset, T value) {

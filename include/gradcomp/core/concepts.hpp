@@ -43,11 +43,21 @@ concept partitioner_members = requires(const typename P::config& c, std::size_t 
 template <class P>
 concept partitioner_policy = has_policy_kind<P, partitioner_tag> && has_validate<P> && partitioner_members<P>;
 
-// --- Sparsifier: which elements of a chunk are sent.
+// --- Sparsifier: which elements of a chunk are sent. The selection algorithm is a backend
+// skeleton named by `kind`; the sparsifier holds its config and per-element math.
+enum class selection : std::uint8_t {
+  dense,       // every element, no index section
+  exact_topk,  // the k largest |x| of the chunk (cpu/topk_select.hpp)
+  threshold,   // |x| >= a threshold estimated from a sample (cpu/threshold_select.hpp)
+  random,      // a keyed random k-subset, indices not sent (core/permutation.hpp)
+  row_topk,    // the k largest |x| of each row (cpu/row_topk.hpp)
+};
+
 template <class S>
 concept sparsifier_members = requires(const typename S::config& c, std::size_t n) {
   { S::id } -> std::convertible_to<std::uint8_t>;
   { S::is_dense } -> std::convertible_to<bool>;
+  { S::kind } -> std::convertible_to<selection>;
   { S::kept(c, n) } -> std::same_as<std::size_t>;
 };
 template <class S>
@@ -123,6 +133,17 @@ concept feedback_members = has_config<F> && requires(const typename F::config& c
   { F::combine(c, x, x) } -> std::same_as<float>;
   { F::remainder(c, x, x) } -> std::same_as<float>;
 };
+// Optional: a feedback with a velocity per element (momentum correction) declares
+// has_momentum = true, velocity(c, g, u) -> u' and clip_scale(c, squared_norm) -> factor; the
+// compressor then keeps state::momentum, computes x = combine(c, u', e) and zeroes u where a
+// value was sent.
+template <class F>
+concept momentum_feedback = feedback_members<F> && requires(const typename F::config& c, float x) {
+  requires F::has_momentum;
+  { F::velocity(c, x, x) } -> std::same_as<float>;
+  { F::clip_scale(c, x) } -> std::same_as<float>;
+};
+
 template <class F>
 concept feedback_policy = has_policy_kind<F, feedback_tag> && has_validate<F> && feedback_members<F>;
 

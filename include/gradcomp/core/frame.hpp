@@ -26,6 +26,9 @@ inline constexpr std::size_t crc_offset = 84;
 enum class index_format : std::uint8_t {
   none = 0,      // dense: value i belongs to element i
   u32_list = 1,  // kept_count strictly ascending u32 indices
+  delta = 2,     // gaps between ascending indices, bit-packed at one width (core/index_codec.hpp)
+  bitmap = 3,    // one bit per element of the chunk, set where a value is sent
+  seeded = 4,    // no index section: the indices follow from (seed, step, chunk) (random-k)
 };
 
 struct header {
@@ -112,7 +115,7 @@ GRADCOMP_HD inline result<header> parse_header(const std::byte* p, std::uint64_t
     return status{errc::bad_header, "unknown source dtype"};
   h.source_dtype = static_cast<dtype>(dt);
   const auto fmt = load_le<std::uint8_t>(p + 13);
-  if (fmt > static_cast<std::uint8_t>(index_format::u32_list)) return status{errc::bad_header, "unknown index format"};
+  if (fmt > static_cast<std::uint8_t>(index_format::seeded)) return status{errc::bad_header, "unknown index format"};
   h.indices = static_cast<index_format>(fmt);
   h.flags = load_le<std::uint16_t>(p + 14);
   if (h.flags != 0) return status{errc::bad_header, "unknown flags set"};

@@ -49,6 +49,7 @@ GRADCOMP_HD inline philox_u32x4 philox4x32_10(philox_u32x4 ctr, std::uint32_t ke
 enum class random_stream : std::uint32_t {
   quantizer = 1,   // stochastic rounding of the sent values
   sparsifier = 2,  // sampling and random selection
+  permutation = 3, // round keys of the random-k permutation (core/permutation.hpp)
 };
 
 // The 32-bit random number of value m of a chunk (see the convention above).

@@ -18,6 +18,16 @@ GRADCOMP_HD inline float round_even(float y) {
   return (y + shift) - shift;
 }
 
+// a * b rounded once, never fused into a following addition: on the device __fmul_rn is
+// exempt from FMA contraction whatever --fmad says (host builds use -ffp-contract=off).
+GRADCOMP_HD inline float mul_rn(float a, float b) {
+#if GRADCOMP_DEVICE_CODE
+  return __fmul_rn(a, b);
+#else
+  return a * b;
+#endif
+}
+
 // 1.0f if c, else 0.0f, selected as bits: compilers otherwise turn `x - (c ? 1 : 0)` into a
 // conditional subtraction, which they may not vectorise under IEEE exception semantics.
 GRADCOMP_HD inline float one_if(bool c) { return bits_float(detail::select(c, 0x3f800000u, 0u)); }

@@ -57,6 +57,10 @@ struct traits<compressor<P, S, Q, F>> {
   static constexpr bool cast = is_cast<Q>;
   static_assert(cast || (Q::bits <= 32 && sizeof(code_type) <= 4),
                 "gradcomp::cuda: grouped or bit-packed quantizers need bits <= 32 and a code_type of at most 4 bytes");
+  static_assert(S::kind == selection::dense || S::kind == selection::exact_topk,
+                "gradcomp::cuda: the CUDA backend selects with sparsify::dense and sparsify::topk only (threshold, "
+                "random-k and row top-k run on the CPU backend)");
+  static_assert(!momentum_feedback<F>, "gradcomp::cuda: feedback::momentum runs on the CPU backend only");
 };
 
 // Section sizes of a frame keeping `kept` of `count` elements (compressor::frame_layout).
@@ -680,7 +684,9 @@ __global__ void walk_kernel(decode_args<C, T> a) {
       break;
     }
     const frame::header& h = *parsed;
-    const status s = C::check_frame_header(a.cfg, a.codec, h, a.n);
+    status s = C::check_frame_header(a.cfg, a.codec, h, a.n);
+    if (s && h.indices != frame::index_format::none && h.indices != frame::index_format::u32_list)
+      s = status{errc::codec_mismatch, "the CUDA backend decodes u32 index lists only (compact_indices = false)"};
     frame_entry e{};
     e.offset = at;
     e.frame_bytes = h.frame_bytes();

@@ -13,6 +13,7 @@ struct dense {
   struct config {};
   static constexpr std::uint8_t id = 1;
   static constexpr bool is_dense = true;
+  static constexpr selection kind = selection::dense;
 
   static constexpr status validate(const config&) { return {}; }
   GRADCOMP_HD static constexpr std::size_t kept(const config&, std::size_t n) { return n; }

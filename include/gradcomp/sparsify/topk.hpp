@@ -20,6 +20,7 @@ struct topk {
   };
   static constexpr std::uint8_t id = 2;
   static constexpr bool is_dense = false;
+  static constexpr selection kind = selection::exact_topk;
 
   static status validate(const config& c) {
     if (!(c.density > 0.0 && c.density <= 1.0)) return {errc::invalid_argument, "topk density must be in (0, 1]"};

@@ -1,0 +1,263 @@
+#pragma once
+// CPU skeleton for sparsify::threshold: keeps the elements whose 31-bit magnitude key (abs_key)
+// is >= a threshold key T estimated from a random sample. With k = target(n), cap = kept(n)
+// and lo = ceil(min_ratio k):
+//
+//   1. Sample: s = sample_size(n) positions p_j = (philox_at(seed, step, chunk, sparsifier, j)
+//      * n) >> 32, j < s (with replacement); their keys come from sample_key.
+//   2. T from the sample:
+//        rule::dgc   key(previous) when previous > 0 and the sample predicts
+//                    #{sample >= key(previous)} * n / s kept values in [lo, cap]; else the
+//                    r-th largest sample key, r = clamp(ceil(k s / n), 1, s);
+//        rule::tagc  key(e_i) for the smallest table entry e_i with #{sample < key(e_i)} / s >=
+//                    1 - density (the last entry if none): a gallop from the entry nearest
+//                    previous (entry 0 when none), then a binary search.
+//   3. Pass: count the keys >= T, writing the first cap indices (the first pass is the scan,
+//      fused with the caller's per-element work). Accepted when lo <= count <= cap. Otherwise,
+//      while fewer than max_tries passes ran: r = max(1, #{sample >= T}), r' = clamp(round(r k /
+//      count), 1, s) (min(s, 4r) when count = 0), T' = the r'-th largest sample key; if T' = T
+//      stop, else repeat the pass with key_at. (So an adjusted rule::tagc T leaves the table.)
+//   4. Still outside: exact top-k of the chunk (k values, ties to the lower index) with
+//      cpu::topk_selector, so the kept count never exceeds cap.
+// A chunk with k = n keeps everything (threshold 0). Output indices are ascending u32. The
+// result is a function of the keys, (seed, step, chunk) and previous.
+
+#include <algorithm>
+#include <bit>
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <span>
+
+#include "../core/bits.hpp"
+#include "../core/byteio.hpp"
+#include "../core/philox.hpp"
+#include "../sparsify/threshold.hpp"
+#include "dispatch.hpp"
+#include "topk_select.hpp"
+
+namespace gradcomp::cpu {
+
+class threshold_selector {
+ public:
+  using policy = sparsify::threshold;
+  using config = policy::config;
+
+  // The exact fallback's workspace, then the sample keys.
+  static std::size_t workspace_bytes(const config& c, std::size_t n) {
+    return topk_selector::workspace_bytes(n) + 4 * policy::sample_size(c, n);
+  }
+
+  // `workspace` must hold workspace_bytes(c, n) bytes, 8-byte aligned. previous: the |x|
+  // threshold this chunk used last step, 0 when none.
+  threshold_selector(std::span<std::byte> workspace, const config& c, std::size_t n, std::uint32_t seed,
+                     std::uint64_t step, std::uint32_t chunk, float previous)
+      : workspace_(workspace), c_(c), n_(n), k_(policy::target(c, n)), cap_(policy::kept(c, n)),
+        lo_(static_cast<std::size_t>(std::ceil(c.min_ratio * static_cast<double>(k_)))),
+        s_(policy::sample_size(c, n)), seed_(seed), step_(step), chunk_(chunk), previous_(previous),
+        sample_(reinterpret_cast<std::uint32_t*>(workspace.data() + topk_selector::workspace_bytes(n))) {}
+
+  // sample_key(i): key of element i without side effects (called for sampled i, any order).
+  // scan_key(i):   key of element i; called exactly once per element, in index order, during
+  //                the first pass, so the caller may fuse per-element work into it.
+  // key_at(i):     key of element i after the scan, without side effects (later passes and
+  //                the exact fallback).
+  // Writes the kept indices ascending to out (which holds policy::kept(c, n) entries) and
+  // returns their count.
+  template <class SampleKey, class ScanKey, class KeyAt>
+  std::size_t select(SampleKey&& sample_key, ScanKey&& scan_key, KeyAt&& key_at, std::uint32_t* out) {
+    passes_ = 0;
+    used_fallback_ = false;
+    threshold_ = 0.0f;
+    if (k_ >= n_) {  // keep all (k = 0 only when n = 0: density > 0)
+      for (std::size_t i = 0; i < n_; ++i) (void)scan_key(i);
+      for (std::size_t i = 0; i < n_; ++i) out[i] = static_cast<std::uint32_t>(i);
+      passes_ = n_ > 0;
+      return n_;
+    }
+    draw_sample(sample_key);
+    std::uint32_t t = c_.estimate == policy::rule::tagc ? tagc_start() : dgc_start();
+    std::size_t count = pass(scan_key, t, out);
+    while (!accepted(count) && passes_ < c_.max_tries) {
+      const std::uint32_t next = adjust(t, count);
+      if (next == t) break;
+      t = next;
+      count = pass(key_at, t, out);
+    }
+    if (accepted(count)) {
+      threshold_ = bits_float(t);
+      return count;
+    }
+    return exact(key_at, out);
+  }
+
+  // The |x| threshold finally used (kept: |x| >= it); after the exact fallback, the smallest
+  // kept |x|. The next step's `previous`.
+  float threshold() const { return threshold_; }
+  // Full passes over the chunk in the last select(), the fallback's included.
+  unsigned passes() const { return passes_; }
+  bool used_fallback() const { return used_fallback_; }
+
+ private:
+  bool accepted(std::size_t count) const { return lo_ <= count && count <= cap_; }
+
+  // Positions first (one Philox call gives four: the same numbers as philox_at(.., j)), then
+  // the keys: a loop of independent loads keeps many cache misses in flight.
+  template <class SampleKey>
+  void draw_sample(SampleKey& sample_key) {
+    for (std::size_t j = 0; j < s_; j += 4) {
+      const std::uint64_t q = j / 4;
+      const philox_u32x4 r = philox4x32_10({{static_cast<std::uint32_t>(q), static_cast<std::uint32_t>(q >> 32), chunk_,
+                                             static_cast<std::uint32_t>(random_stream::sparsifier)}},
+                                           seed_, static_cast<std::uint32_t>(step_));
+      for (std::size_t m = 0; m < 4 && j + m < s_; ++m)
+        sample_[j + m] = static_cast<std::uint32_t>((std::uint64_t{r.v[m]} * n_) >> 32);
+    }
+    for (std::size_t j = 0; j < s_; ++j) sample_[j] = sample_key(std::size_t{sample_[j]});
+  }
+
+  std::size_t count_at_least(std::uint32_t t) const {
+    std::size_t count = 0;
+    for (std::size_t j = 0; j < s_; ++j) count += sample_[j] >= t;
+    return count;
+  }
+  // The r-th largest sample key, 1 <= r <= s (reorders the sample, which only counts matter).
+  std::uint32_t kth_largest(std::size_t r) {
+    std::nth_element(sample_, sample_ + (r - 1), sample_ + s_, std::greater<>());
+    return sample_[r - 1];
+  }
+  std::size_t clamp_rank(double r) const {
+    return r <= 1.0 ? 1 : r >= static_cast<double>(s_) ? s_ : static_cast<std::size_t>(r);
+  }
+
+  std::uint32_t dgc_start() {
+    if (previous_ > 0.0f) {
+      const std::uint32_t t = abs_key(previous_);
+      const double predicted = static_cast<double>(count_at_least(t)) * static_cast<double>(n_) / static_cast<double>(s_);
+      if (predicted >= static_cast<double>(lo_) && predicted <= static_cast<double>(cap_)) return t;
+    }
+    return kth_largest(clamp_rank(std::ceil(static_cast<double>(k_) * static_cast<double>(s_) / static_cast<double>(n_))));
+  }
+
+  std::uint32_t tagc_start() {
+    const std::size_t size = policy::table_size(c_);
+    const double below = 1.0 - c_.density, s = static_cast<double>(s_);
+    // need: the fewest sample keys under an entry with #under / s >= 1 - density. Then entry
+    // i qualifies iff the need-th smallest sample key q is < key(e_i).
+    std::size_t need = static_cast<std::size_t>(std::clamp(std::ceil(below * s), 0.0, s));
+    while (need > 0 && static_cast<double>(need - 1) / s >= below) --need;
+    while (need < s_ && !(static_cast<double>(need) / s >= below)) ++need;
+    const std::uint32_t q = need == 0 ? 0 : kth_largest(s_ - need + 1);
+    const auto qualifies = [&](std::size_t i) { return need == 0 || q < abs_key(policy::table_entry(c_, i)); };
+    std::size_t start = 0;
+    if (previous_ > 0.0f) {
+      const double e = std::round(std::log10(static_cast<double>(previous_) / c_.table_min) * c_.steps_per_decade);
+      start = e <= 0.0 ? 0 : e >= static_cast<double>(size - 1) ? size - 1 : static_cast<std::size_t>(e);
+    }
+    // Gallop to bracket the first qualifying entry in [lo, hi] (hi = size: none yet), then bisect.
+    std::size_t lo = 0, hi = size;
+    if (qualifies(start)) {
+      hi = start;
+      for (std::size_t step = 1; hi > 0; step *= 2) {
+        const std::size_t i = hi > step ? hi - step : 0;
+        if (!qualifies(i)) {
+          lo = i + 1;
+          break;
+        }
+        hi = i;
+      }
+    } else {
+      lo = start + 1;
+      for (std::size_t step = 1; lo < size; step *= 2) {
+        const std::size_t i = std::min(size - 1, start + step);
+        if (qualifies(i)) {
+          hi = i;
+          break;
+        }
+        lo = i + 1;
+      }
+    }
+    while (lo < hi) {
+      const std::size_t mid = lo + (hi - lo) / 2;
+      if (qualifies(mid)) {
+        hi = mid;
+      } else {
+        lo = mid + 1;
+      }
+    }
+    return abs_key(policy::table_entry(c_, std::min(lo, size - 1)));
+  }
+
+  std::uint32_t adjust(std::uint32_t t, std::size_t count) {
+    const std::size_t r = std::max<std::size_t>(1, count_at_least(t));
+    const std::size_t next = count == 0 ? std::min(s_, 4 * r)
+                                        : clamp_rank(std::round(static_cast<double>(r) * static_cast<double>(k_) /
+                                                                static_cast<double>(count)));
+    return kth_largest(next);
+  }
+
+  // Counts the keys >= t, writing the first cap indices. Keys are produced a tile at a time (a
+  // plain map the compiler vectorises, fused with the caller's work), then tested 16 at a
+  // time; only blocks holding a key >= t go scalar.
+  template <class Key>
+  std::size_t pass(Key& key, std::uint32_t t, std::uint32_t* out) {
+    ++passes_;
+    constexpr std::size_t tile = 512, block = 16;
+    std::size_t count = 0;
+    const std::size_t cap = cap_;
+    const auto keep = [&](std::size_t i) {
+      if (count < cap) out[count] = static_cast<std::uint32_t>(i);
+      ++count;
+    };
+    std::uint32_t keys[tile];
+    const std::size_t full = n_ - n_ % tile;
+    run_best([&]() GRADCOMP_LOOP_BODY {
+      for (std::size_t i0 = 0; i0 < full; i0 += tile) {
+        for (std::size_t j = 0; j < tile; ++j) keys[j] = key(i0 + j);
+        for (std::size_t b = 0; b < tile; b += block) {
+          std::uint32_t max_key = 0;
+          for (std::size_t j = 0; j < block; ++j) max_key = std::max(max_key, keys[b + j]);
+          if (max_key < t) continue;
+          std::uint32_t hits = 0;
+          for (std::size_t j = 0; j < block; ++j) hits |= std::uint32_t{keys[b + j] >= t} << j;
+          for (; hits; hits &= hits - 1) keep(i0 + b + static_cast<std::size_t>(std::countr_zero(hits)));
+        }
+      }
+    });
+    for (std::size_t i = full; i < n_; ++i)
+      if (key(i) >= t) keep(i);
+    return count;
+  }
+
+  // Exact top-k with topk_selector (a scan, plus three passes when its radix select runs).
+  template <class KeyAt>
+  std::size_t exact(KeyAt& key_at, std::uint32_t* out) {
+    used_fallback_ = true;
+    topk_selector top(workspace_.first(topk_selector::workspace_bytes(n_)), n_, k_);
+    auto* bytes = reinterpret_cast<std::byte*>(out);
+    top.select(key_at, key_at, key_at, bytes);
+    passes_ += top.used_fallback() ? 4 : 1;
+    std::uint32_t smallest = 0xffffffffu;
+    for (std::size_t m = 0; m < k_; ++m) {
+      out[m] = load_le<std::uint32_t>(bytes + 4 * m);
+      smallest = std::min(smallest, key_at(out[m]));
+    }
+    threshold_ = bits_float(smallest);
+    return k_;
+  }
+
+  std::span<std::byte> workspace_;
+  config c_;
+  std::size_t n_, k_, cap_, lo_, s_;
+  std::uint32_t seed_;
+  std::uint64_t step_;
+  std::uint32_t chunk_;
+  float previous_;
+  std::uint32_t* sample_;  // the sample keys (first their positions)
+  float threshold_ = 0.0f;
+  unsigned passes_ = 0;
+  bool used_fallback_ = false;
+};
+
+}  // namespace gradcomp::cpu
