@@ -63,7 +63,11 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   if (options & 4) reseal(payload);
   using quantize::int_block;
   using quantize::int_range;
-  switch (which % 14) {
+  switch (which % 18) {
+    case 14: run<compressor<partition::whole, sparsify::threshold, quantize::bf16, feedback::none>>({.sparsify = {.density = 0.4}}, options, payload, n); break;
+    case 15: run<compressor<partition::whole, sparsify::randomk, quantize::bf16, feedback::none>>({.sparsify = {.density = 0.3}, .seed = 7}, options, payload, n); break;
+    case 16: run<compressor<partition::whole, sparsify::row_topk, quantize::none, feedback::none>>({.sparsify = {.cols = 4, .k_per_row = 1}}, options, payload, n); break;
+    case 17: run<compressor<partition::chunks, sparsify::topk, quantize::none, feedback::none>>({.partition = {.chunk_bytes = 800}, .sparsify = {.density = 0.015}}, options, payload, n); break;
     case 8: run<compressor<partition::whole, sparsify::dense, quantize::fp8_e4m3, feedback::none>>({.quantize = {.group = 4}}, options, payload, n); break;
     case 9: run<compressor<partition::whole, sparsify::topk, quantize::natural, feedback::none>>({.sparsify = {.density = 0.5}}, options, payload, n); break;
     case 10: run<compressor<partition::chunks, sparsify::dense, quantize::qsgd<4>, feedback::none>>({.partition = {.chunk_bytes = 96}, .quantize = {.group = 8}}, options, payload, n); break;
