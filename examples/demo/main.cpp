@@ -176,6 +176,8 @@ struct buffers {
 struct row {
   std::string sparsify, values, feedback;
   double ratio = 0, err1 = 0, err10 = -1, compress_gbs = 0, accumulate_gbs = 0;
+  double ratio_u32 = 0;   // the same frames with u32 index lists (0: no index list)
+  std::string indices;    // index encoding of the first frame
   double memcpy_gbs = 0;  // memcpy of the gradient buffer (read + write), measured before the row
 };
 
@@ -211,13 +213,27 @@ constexpr std::size_t chunk_bytes = std::size_t{4} << 20;
 constexpr int feedback_steps = 10;  // steps of the same gradient with residual feedback
 constexpr int plain_steps = 3;      // without feedback: steps only for timing (best of)
 
+const char* index_name(gc::frame::index_format f) {
+  switch (f) {
+    case gc::frame::index_format::u32_list: return "u32";
+    case gc::frame::index_format::delta: return "delta";
+    case gc::frame::index_format::bitmap: return "bitmap";
+    case gc::frame::index_format::seeded: return "seeded";
+    default: return "-";
+  }
+}
+
+// Row top-k sees the buffer as rows of d_model values: chunks of whole rows (3 MiB = 1024 rows).
+constexpr std::size_t d_model = 768;
+
 template <class S, class Q, class F>
 row run(buffers& b, double density, const std::string& sparsify_name, const char* value_name,
-        const typename Q::config& quantize = {}) {
+        const typename Q::config& quantize = {}, const typename S::config& sparsify = {}) {
   using C = gc::compressor<gc::partition::chunks, S, Q, F>;
   typename C::config cfg{};
-  cfg.partition.chunk_bytes = chunk_bytes;
+  cfg.partition.chunk_bytes = S::kind == gc::selection::row_topk ? 4 * d_model * 1024 : chunk_bytes;
   cfg.quantize = quantize;
+  cfg.sparsify = sparsify;
   cfg.seed = 42;
   if constexpr (!S::is_dense) cfg.sparsify.density = density;
   const C comp(cfg);
@@ -229,8 +245,19 @@ row run(buffers& b, double density, const std::string& sparsify_name, const char
   std::fill(b.sum.begin(), b.sum.end(), 0.0f);
   const double dense_bytes = 4.0 * static_cast<double>(n);
 
-  row out{sparsify_name, value_name, F::has_state ? "residual" : "none"};
+  row out;
+  out.sparsify = sparsify_name;
+  out.values = value_name;
+  out.feedback = gc::momentum_feedback<F> ? "momentum" : F::has_state ? "residual" : "none";
   out.memcpy_gbs = memcpy_gbs;
+  if constexpr (!S::is_dense) {  // what the index encodings gain: the first step with u32 lists
+    typename C::config lists = cfg;
+    lists.compact_indices = false;
+    gc::state fresh = comp.make_state(n);
+    const auto sent = C(lists).template compress<float>(b.g, fresh, b.payload);
+    if (!sent) fail("compress", sent.error());
+    out.ratio_u32 = dense_bytes / static_cast<double>(*sent);
+  }
   double best_compress = std::numeric_limits<double>::infinity();
   double best_accumulate = best_compress;
   double payload_bytes = 0;
@@ -241,6 +268,7 @@ row run(buffers& b, double density, const std::string& sparsify_name, const char
     best_compress = std::min(best_compress, seconds_since(t0));
     if (!sent) fail("compress", sent.error());
     payload_bytes = static_cast<double>(*sent);
+    if (step == 0) out.indices = index_name(gc::frame::parse(b.payload, false)->indices);
 
     t0 = clock_type::now();
     const auto s = comp.template accumulate<float>(std::span<const std::byte>(b.payload.data(), *sent), b.sum);
@@ -254,9 +282,10 @@ row run(buffers& b, double density, const std::string& sparsify_name, const char
   const double residual_bytes = F::has_state ? 2 * dense_bytes : 0.0;  // residual read + written
   out.compress_gbs = (dense_bytes + payload_bytes + residual_bytes) / best_compress / 1e9;
   // accumulate reads the payload, and reads and writes the fp32 sum where values were sent.
-  std::size_t kept = 0;
+  std::size_t kept = 0;  // (threshold: the capacity, an upper bound)
   for (std::size_t i = 0, c = comp.template chunk_count<float>(n); i < c; ++i)
     kept += S::kept(cfg.sparsify, comp.template chunk<float>(n, i).count);
+  if (S::kind == gc::selection::random) out.ratio_u32 = 0;  // no index list to compare with
   out.accumulate_gbs = (payload_bytes + 8.0 * static_cast<double>(kept)) / best_accumulate / 1e9;
   return out;
 }
@@ -366,6 +395,20 @@ int main(int argc, char** argv) {
     rows.push_back(run<gc::sparsify::topk, int_block<8>, residual>(b, 0.10, "top-k 10%", "int8"));
   }
   run_quantizers<gc::sparsify::topk, residual>(b, 0.01, "top-k 1%", rows);
+  {
+    using namespace gc::quantize;
+    using gc::sparsify::threshold;
+    const auto both = [&]<class S, class F>(S, F, const char* name, double density, const typename S::config& sc = {}) {
+      rows.push_back(run<S, bf16, F>(b, density, name, "bf16", {}, sc));
+      rows.push_back(run<S, int_block<8>, F>(b, density, name, "int8", {}, sc));
+    };
+    both(threshold{}, residual{}, "DGC thr 1%", 0.01);
+    both(threshold{}, residual{}, "TAGC thr 1%", 0.01, {.estimate = threshold::rule::tagc});
+    both(threshold{}, gc::feedback::momentum{}, "DGC thr 1%", 0.01);
+    both(gc::sparsify::randomk{}, residual{}, "random-k 1%", 0.01);
+    both(gc::sparsify::row_topk{}, residual{}, "row top-k 1%", 0.01, {.cols = d_model});
+    both(gc::sparsify::topk{}, residual{}, "top-k 0.1%", 0.001);
+  }
   const double run_s = seconds_since(t_run);
   std::vector<double> copies;
   for (const row& r : rows) copies.push_back(r.memcpy_gbs);
@@ -375,21 +418,25 @@ int main(int argc, char** argv) {
               "(%.1f..%.1f)\n\n",
               memcpy_gbs, copies.size(), copies.front(), copies.back());
 
-  std::printf("%-10s %-10s %-9s %8s %12s %12s %10s %9s %10s %9s\n", "sparsify", "values", "feedback", "ratio",
-              "error 1 step", "error 10 st.", "comp GB/s", "x memcpy", "accum GB/s", "x memcpy");
-  std::printf("%s\n", std::string(106, '-').c_str());
+  std::printf("%-12s %-10s %-9s %8s %-7s %8s %12s %12s %10s %9s %10s %9s\n", "sparsify", "values", "feedback", "ratio",
+              "indices", "u32 idx", "error 1 step", "error 10 st.", "comp GB/s", "x memcpy", "accum GB/s", "x memcpy");
+  std::printf("%s\n", std::string(125, '-').c_str());
   std::string previous;
   for (const row& r : rows) {
     if (!previous.empty() && r.sparsify != previous) std::printf("\n");
     previous = r.sparsify;
     char err10[32] = "-";
     if (r.err10 >= 0) std::snprintf(err10, sizeof err10, "%.3e", r.err10);
-    std::printf("%-10s %-10s %-9s %8.2f %12.3e %12s %10.2f %9.2f %10.2f %9.2f\n", r.sparsify.c_str(), r.values.c_str(),
-                r.feedback.c_str(), r.ratio, r.err1, err10, r.compress_gbs, r.compress_gbs / memcpy_gbs,
-                r.accumulate_gbs, r.accumulate_gbs / memcpy_gbs);
+    char u32[32] = "-";
+    if (r.ratio_u32 > 0) std::snprintf(u32, sizeof u32, "%.2f", r.ratio_u32);
+    std::printf("%-12s %-10s %-9s %8.2f %-7s %8s %12.3e %12s %10.2f %9.2f %10.2f %9.2f\n", r.sparsify.c_str(),
+                r.values.c_str(), r.feedback.c_str(), r.ratio, r.indices.c_str(), u32, r.err1, err10, r.compress_gbs,
+                r.compress_gbs / memcpy_gbs, r.accumulate_gbs, r.accumulate_gbs / memcpy_gbs);
   }
   std::printf(
-      "\nratio: fp32 bytes / payload bytes (frame headers included).\n"
+      "\nratio: fp32 bytes / payload bytes (frame headers included); indices: the encoding of the first frame, each\n"
+      "  frame taking the smallest of u32 list, delta-coded gaps and bitmap (random-k: none, seeded); u32 idx: the\n"
+      "  ratio the same step would have with u32 index lists. DGC/TAGC thr: sampled threshold (DGC's or TAGC's rule).\n"
       "error: ||k g - sum of k decoded steps|| / ||k g||; k = 1, and k = %d steps of the same gradient with residual\n"
       "  feedback (the residual carries what was not sent to the next step).\n"
       "GB/s: bytes read + written by the call per second, best of %d steps (%d with feedback). compress: gradient,\n"

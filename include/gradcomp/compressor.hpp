@@ -179,8 +179,8 @@ class compressor {
     if constexpr (Sparsifier::is_dense) {
       return 0;
     } else {
-      if (!validate()) return 0;  // compress refuses an invalid config anyway
-      const std::size_t c = largest_chunk(n);
+      // (An invalid partition plan cannot be asked for chunks; compress refuses it anyway.)
+      const std::size_t c = Partitioner::validate(cfg_.partition) ? largest_chunk(n) : n;
       return align8(selector_bytes(c)) + 4 * Sparsifier::kept(cfg_.sparsify, c);
     }
   }
@@ -573,7 +573,7 @@ class compressor {
     const auto scan_key = [&](std::size_t j) { return abs_key(fb.scan(j)); };  // x = g + e computed once, here
     const auto key_at = [&](std::size_t j) { return abs_key(fb.value(j)); };
     if constexpr (kind == selection::exact_topk) {
-      cpu::topk_selector(scratch, count, h.kept_count).select(peek_key, scan_key, key_at, reinterpret_cast<std::byte*>(idx));
+      cpu::topk_selector(scratch, count, h.kept_count).select(peek_key, scan_key, key_at, idx);
       return h.kept_count;
     } else if constexpr (kind == selection::threshold) {
       float& last = st.thresholds[h.chunk_id];

@@ -39,7 +39,7 @@ TEST_CASE("row top-k equals a per-row sort, ties to the lower index") {
   for (std::size_t i = 0; i < ties.size(); ++i) ties[i] = static_cast<std::uint32_t>(i * 7919 % 3);
   for (const auto* data : {&keys, &ties}) {
     for (std::size_t cols : {1u, 7u, 64u, 768u, 5000u, 20000u}) {
-      for (std::size_t k : {0u, 1u, 3u, 10u, 768u}) {
+      for (std::size_t k : {0u, 1u, 3u, 10u, 32u, 33u, 768u}) {
         CAPTURE(cols);
         CAPTURE(k);
         std::vector<std::uint64_t> ws(cpu::row_topk_selector::workspace_bytes(cols) / 8);

@@ -32,7 +32,7 @@ struct outcome {
 outcome run(const std::vector<std::uint32_t>& keys, std::size_t k) {
   const std::size_t n = keys.size();
   std::vector<std::uint64_t> ws(cpu::topk_selector::workspace_bytes(n) / 8 + 1);
-  std::vector<std::byte> out(4 * k + 4);
+  std::vector<std::uint32_t> out(k + 1);
   cpu::topk_selector sel(std::as_writable_bytes(std::span(ws)), n, k);
   std::size_t scanned = 0, expect_next = 0;
   bool in_order = true;
@@ -45,9 +45,8 @@ outcome run(const std::vector<std::uint32_t>& keys, std::size_t k) {
              },
              key, out.data());
   CHECK(in_order);
-  std::vector<std::uint32_t> idx(k);
-  for (std::size_t m = 0; m < k; ++m) idx[m] = load_le<std::uint32_t>(out.data() + 4 * m);
-  return {idx, sel.used_fallback(), scanned};
+  out.resize(k);
+  return {out, sel.used_fallback(), scanned};
 }
 
 std::vector<std::uint32_t> keys_of(const std::vector<float>& x) {

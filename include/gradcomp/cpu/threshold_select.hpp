@@ -235,14 +235,10 @@ class threshold_selector {
   std::size_t exact(KeyAt& key_at, std::uint32_t* out) {
     used_fallback_ = true;
     topk_selector top(workspace_.first(topk_selector::workspace_bytes(n_)), n_, k_);
-    auto* bytes = reinterpret_cast<std::byte*>(out);
-    top.select(key_at, key_at, key_at, bytes);
+    top.select(key_at, key_at, key_at, out);
     passes_ += top.used_fallback() ? 4 : 1;
     std::uint32_t smallest = 0xffffffffu;
-    for (std::size_t m = 0; m < k_; ++m) {
-      out[m] = load_le<std::uint32_t>(bytes + 4 * m);
-      smallest = std::min(smallest, key_at(out[m]));
-    }
+    for (std::size_t m = 0; m < k_; ++m) smallest = std::min(smallest, key_at(out[m]));
     threshold_ = bits_float(smallest);
     return k_;
   }

@@ -53,10 +53,10 @@ class topk_selector {
   //              caller may fuse per-element work into it.
   // key_at(i):   key of element i after the scan (used only by the radix fallback).
   template <class SampleKey, class ScanKey, class KeyAt>
-  void select(SampleKey&& sample_key, ScanKey&& scan_key, KeyAt&& key_at, std::byte* out) {
+  void select(SampleKey&& sample_key, ScanKey&& scan_key, KeyAt&& key_at, std::uint32_t* out) {
     if (k_ == 0 || k_ == n_) {
       for (std::size_t i = 0; i < n_; ++i) (void)scan_key(i);
-      for (std::size_t i = 0; i < k_; ++i) store_le<std::uint32_t>(out + 4 * i, static_cast<std::uint32_t>(i));
+      for (std::size_t i = 0; i < k_; ++i) out[i] = static_cast<std::uint32_t>(i);
       return;
     }
     bracket(sample_key);
@@ -107,13 +107,13 @@ class topk_selector {
   }
 
   template <class ScanKey>
-  void scan(ScanKey& scan_key, std::byte* out) {
+  void scan(ScanKey& scan_key, std::uint32_t* out) {
     constexpr std::size_t block = 16;
     std::size_t definite = 0, found = 0;
     const std::uint32_t lo = lo_, hi = hi_;
     const auto classify = [&](std::uint32_t key, std::size_t i) {
       if (key > hi) {
-        if (definite < k_) store_le<std::uint32_t>(out + 4 * definite, static_cast<std::uint32_t>(i));
+        if (definite < k_) out[definite] = static_cast<std::uint32_t>(i);
         ++definite;
       } else if (key >= lo) {
         if (found < cap_) candidates_[found] = pack(key, i);
@@ -148,7 +148,7 @@ class topk_selector {
 
   // Takes the k - definite largest candidates (found on a copy, so the candidates stay in
   // index order) and merges their indices into the output.
-  void finish_from_candidates(std::byte* out) {
+  void finish_from_candidates(std::uint32_t* out) {
     const std::size_t need = k_ - definite_, found = candidates_found_;
     std::uint64_t* order = candidates_ + cap_;
     std::copy(candidates_, candidates_ + found, order);
@@ -162,15 +162,15 @@ class topk_selector {
   }
 
   // out[0, a) and sorted extra[0, b) become the sorted out[0, a + b).
-  static void merge_from_back(std::byte* out, std::size_t a, const std::uint32_t* extra, std::size_t b) {
+  static void merge_from_back(std::uint32_t* out, std::size_t a, const std::uint32_t* extra, std::size_t b) {
     std::size_t w = a + b;
     while (b > 0) {
-      const std::uint32_t from_out = a > 0 ? load_le<std::uint32_t>(out + 4 * (a - 1)) : 0;
+      const std::uint32_t from_out = a > 0 ? out[a - 1] : 0;
       if (a > 0 && from_out > extra[b - 1]) {
-        store_le<std::uint32_t>(out + 4 * --w, from_out);
+        out[--w] = from_out;
         --a;
       } else {
-        store_le<std::uint32_t>(out + 4 * --w, extra[--b]);
+        out[--w] = extra[--b];
       }
     }
   }
@@ -185,7 +185,7 @@ class topk_selector {
   }
 
   template <class KeyAt>
-  void radix_select(KeyAt& key_at, std::byte* out) {
+  void radix_select(KeyAt& key_at, std::uint32_t* out) {
     std::memset(hist_, 0, high_bins * 4);
     for (std::size_t i = 0; i < n_; ++i) ++hist_[key_at(i) >> 15];
     std::uint32_t bin;
@@ -205,7 +205,7 @@ class topk_selector {
       const std::uint32_t key = key_at(i);
       if (key > threshold || (key == threshold && take_equal > 0)) {
         take_equal -= (key == threshold);
-        store_le<std::uint32_t>(out + 4 * w++, static_cast<std::uint32_t>(i));
+        out[w++] = static_cast<std::uint32_t>(i);
       }
     }
   }
