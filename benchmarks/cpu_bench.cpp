@@ -230,7 +230,7 @@ using topk_codec = gc::compressor<gc::partition::whole, gc::sparsify::topk, Q, F
 // Compress, fp32 input, with `c`, against memcpy and an optional baseline in the same loop.
 template <class Codec>
 void compress_bench(benchmark::State& st, std::size_t n, const Codec& c, const std::function<void()>& baseline = {},
-                    const char* baseline_counter = "speedup_vs_nth_element") {
+                    const char* baseline_counter = "speedup_vs_nth_element", bool cold = false) {
   const std::vector<float>& g = input(n);
   auto state = c.make_state(n);
   std::vector<std::byte> payload(c.template max_payload_bytes<float>(n));
@@ -246,6 +246,7 @@ void compress_bench(benchmark::State& st, std::size_t n, const Codec& c, const s
   measure(
       st, n, bytes_rw, dense / payload_bytes,
       [&] {
+        if (cold) std::fill(state.thresholds.begin(), state.thresholds.end(), 0.0f);  // no previous threshold
         const auto r = c.template compress<float>(g, state, payload);
         ok &= r.ok();
         benchmark::DoNotOptimize(payload.data());
@@ -302,14 +303,16 @@ void bm_topk_compress(benchmark::State& st, std::size_t n, double density) {
 }
 
 // The sparsifiers of issue 5 at n = 1e7, bf16 values, no feedback unless named. Bytes as for
-// top-k compress. Threshold (DGC and TAGC rules) and row top-k (rows of 4096, as a hidden
+// top-k compress. Threshold (DGC and TAGC rules; "warm": the previous step's threshold is
+// tried first, as in training; "cold": no previous threshold, so every call samples) and row top-k (rows of 4096, as a hidden
 // size) carry the nth_element baseline of the same global density; random-k reports its time
 // per kept value as ns_per_kept (constant when the cost is proportional to k).
 template <class Codec>
-void bm_sparsifier(benchmark::State& st, std::size_t n, double density, const Codec& c, bool with_baseline) {
+void bm_sparsifier(benchmark::State& st, std::size_t n, double density, const Codec& c, bool with_baseline,
+                   bool cold = false) {
   if (with_baseline) {
     baseline_runner base(n, density);
-    compress_bench(st, n, c, base.function());
+    compress_bench(st, n, c, base.function(), "speedup_vs_nth_element", cold);
   } else {
     compress_bench(st, n, c);
   }
@@ -466,12 +469,16 @@ void register_sparsifiers() {
   using row_codec = compressor<partition::whole, sparsify::row_topk, quantize::bf16, feedback::none>;
   for (double d : {0.001, 0.01}) {
     const std::string sfx = "/d:" + density_name(d) + "/n:1e7";
-    add("threshold_compress/dgc/bf16" + sfx, [d](benchmark::State& s) {
-      bm_sparsifier(s, n, d, threshold_codec({.sparsify = {.density = d}}), true);
-    });
-    add("threshold_compress/tagc/bf16" + sfx, [d](benchmark::State& s) {
-      bm_sparsifier(s, n, d, threshold_codec({.sparsify = {.density = d, .estimate = sparsify::threshold::rule::tagc}}), true);
-    });
+    for (bool cold : {false, true}) {
+      const std::string temp = cold ? "cold/" : "warm/";
+      add("threshold_compress/dgc/" + temp + "bf16" + sfx, [d, cold](benchmark::State& s) {
+        bm_sparsifier(s, n, d, threshold_codec({.sparsify = {.density = d}}), true, cold);
+      });
+      add("threshold_compress/tagc/" + temp + "bf16" + sfx, [d, cold](benchmark::State& s) {
+        bm_sparsifier(s, n, d, threshold_codec({.sparsify = {.density = d, .estimate = sparsify::threshold::rule::tagc}}),
+                      true, cold);
+      });
+    }
     add("row_topk_compress/cols:4096/bf16" + sfx, [d](benchmark::State& s) {
       bm_sparsifier(s, n, d, row_codec({.sparsify = {.cols = 4096, .density = d}}), true);
     });

@@ -3,12 +3,12 @@
 // is >= a threshold key T estimated from a random sample. With k = target(n), cap = kept(n)
 // and lo = ceil(min_ratio k):
 //
-//   1. Sample: s = sample_size(n) positions p_j = (philox_at(seed, step, chunk, sparsifier, j)
-//      * n) >> 32, j < s (with replacement); their keys come from sample_key.
+//   0. previous > 0: a first pass with T = key(previous); accepted (below): done, no sample.
+//   1. Sample: s = sample_size(n) keys, runs of L = run_length(n) consecutive elements starting
+//      at p_r = (philox_at(seed, step, chunk, sparsifier, r) * (n - L + 1)) >> 32, r < s / L
+//      (with replacement); from sample_key before the scan, key_at after it.
 //   2. T from the sample:
-//        rule::dgc   key(previous) when previous > 0 and the sample predicts
-//                    #{sample >= key(previous)} * n / s kept values in [lo, cap]; else the
-//                    r-th largest sample key, r = clamp(ceil(k s / n), 1, s);
+//        rule::dgc   the r-th largest sample key, r = clamp(ceil(k s / n), 1, s);
 //        rule::tagc  key(e_i) for the smallest table entry e_i with #{sample < key(e_i)} / s >=
 //                    1 - density (the last entry if none): a gallop from the entry nearest
 //                    previous (entry 0 when none), then a binary search.
@@ -76,9 +76,23 @@ class threshold_selector {
       passes_ = n_ > 0;
       return n_;
     }
-    draw_sample(sample_key);
-    std::uint32_t t = c_.estimate == policy::rule::tagc ? tagc_start() : dgc_start();
-    std::size_t count = pass(scan_key, t, out);
+    std::uint32_t t = 0;
+    std::size_t count = 0;
+    if (previous_ > 0.0f && std::isfinite(previous_)) {
+      t = abs_key(previous_);
+      count = pass(scan_key, t, out);
+      if (accepted(count)) {
+        threshold_ = bits_float(t);
+        return count;
+      }
+      draw_sample(key_at);
+      t = start();
+      count = pass(key_at, t, out);
+    } else {
+      draw_sample(sample_key);
+      t = start();
+      count = pass(scan_key, t, out);
+    }
     while (!accepted(count) && passes_ < c_.max_tries) {
       const std::uint32_t next = adjust(t, count);
       if (next == t) break;
@@ -102,20 +116,27 @@ class threshold_selector {
  private:
   bool accepted(std::size_t count) const { return lo_ <= count && count <= cap_; }
 
-  // Positions first (one Philox call gives four: the same numbers as philox_at(.., j)), then
+  // Run starts first (one Philox call gives four: the same numbers as philox_at(.., r)), then
   // the keys: a loop of independent loads keeps many cache misses in flight.
   template <class SampleKey>
   void draw_sample(SampleKey& sample_key) {
-    for (std::size_t j = 0; j < s_; j += 4) {
-      const std::uint64_t q = j / 4;
+    const std::size_t run = policy::run_length(n_), runs = s_ / run;
+    const std::uint64_t starts = n_ - run + 1;
+    for (std::size_t r0 = 0; r0 < runs; r0 += 4) {
+      const std::uint64_t q = r0 / 4;
       const philox_u32x4 r = philox4x32_10({{static_cast<std::uint32_t>(q), static_cast<std::uint32_t>(q >> 32), chunk_,
                                              static_cast<std::uint32_t>(random_stream::sparsifier)}},
                                            seed_, static_cast<std::uint32_t>(step_));
-      for (std::size_t m = 0; m < 4 && j + m < s_; ++m)
-        sample_[j + m] = static_cast<std::uint32_t>((std::uint64_t{r.v[m]} * n_) >> 32);
+      for (std::size_t m = 0; m < 4 && r0 + m < runs; ++m)
+        sample_[r0 + m] = static_cast<std::uint32_t>((std::uint64_t{r.v[m]} * starts) >> 32);
     }
-    for (std::size_t j = 0; j < s_; ++j) sample_[j] = sample_key(std::size_t{sample_[j]});
+    for (std::size_t r = runs; r-- > 0;) {  // backwards: run r's keys overwrite only starts >= r
+      const std::size_t p = sample_[r];
+      for (std::size_t j = 0; j < run; ++j) sample_[r * run + j] = sample_key(p + j);
+    }
   }
+
+  std::uint32_t start() { return c_.estimate == policy::rule::tagc ? tagc_start() : dgc_start(); }
 
   std::size_t count_at_least(std::uint32_t t) const {
     std::size_t count = 0;
@@ -132,11 +153,6 @@ class threshold_selector {
   }
 
   std::uint32_t dgc_start() {
-    if (previous_ > 0.0f) {
-      const std::uint32_t t = abs_key(previous_);
-      const double predicted = static_cast<double>(count_at_least(t)) * static_cast<double>(n_) / static_cast<double>(s_);
-      if (predicted >= static_cast<double>(lo_) && predicted <= static_cast<double>(cap_)) return t;
-    }
     return kth_largest(clamp_rank(std::ceil(static_cast<double>(k_) * static_cast<double>(s_) / static_cast<double>(n_))));
   }
 

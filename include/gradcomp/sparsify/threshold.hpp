@@ -3,11 +3,14 @@
 // sample of |x| instead of an exact selection (DGC, Lin et al. 2018; TAGC). Aimed at
 // k = ceil(density * n) kept values; the kept count is data dependent and the frame says it.
 //
-//   1. Sample: sample_size(n) positions of the chunk drawn with Philox (key = seed, step;
-//      counter = chunk, stream sparsifier), with replacement.
+//   0. With a previous step's threshold for this chunk, one pass tries it first (below); if the
+//      count lands in [min_ratio k, max_ratio k] no sample is drawn (the steady state).
+//   1. Sample: sample_size(n) values of the chunk, in runs of sample_run consecutive values (one
+//      cache line of fp32: a random line costs as much as a random value) starting at
+//      positions drawn with Philox (key = seed, step; counter = chunk, stream sparsifier),
+//      with replacement.
 //   2. Threshold from the sample:
-//        rule::dgc   the previous step's threshold when the sample predicts a kept count in
-//                    [min_ratio k, max_ratio k], else the sample's top-k threshold;
+//        rule::dgc   the sample's top-k threshold;
 //        rule::tagc  the smallest entry of a log-spaced table (steps_per_decade entries per
 //                    decade over [table_min, table_max]) under which at least 1 - density of
 //                    the sample lies, searched from the previous step's entry.
@@ -44,6 +47,7 @@ struct threshold {
   static constexpr bool is_dense = false;
   static constexpr selection kind = selection::threshold;
   static constexpr std::size_t min_sample = 256;
+  static constexpr std::size_t sample_run = 16;
 
   static status validate(const config& c) {
     if (!(c.density > 0.0 && c.density <= 1.0)) return {errc::invalid_argument, "threshold density must be in (0, 1]"};
@@ -65,12 +69,15 @@ struct threshold {
                                  static_cast<double>(target(c, n)));
     return cap < static_cast<double>(n) ? static_cast<std::size_t>(cap) : n;
   }
-  // Sample positions for a chunk of n elements.
+  // Values in the sample of a chunk of n elements: whole runs of run_length(n).
   static std::size_t sample_size(const config& c, std::size_t n) {
     if (n == 0) return 0;
-    const auto s = static_cast<std::size_t>(std::ceil(c.sample_fraction * static_cast<double>(n)));
-    return s < min_sample ? (n < min_sample ? n : min_sample) : s;
+    auto s = static_cast<std::size_t>(std::ceil(c.sample_fraction * static_cast<double>(n)));
+    s = s < min_sample ? (n < min_sample ? n : min_sample) : s;
+    const std::size_t run = run_length(n);
+    return (s + run - 1) / run * run;
   }
+  static std::size_t run_length(std::size_t n) { return n < sample_run ? n : sample_run; }
   // Entries of the rule::tagc table: table_min * 10^(i / steps_per_decade), i < table_size.
   static std::size_t table_size(const config& c) {
     return static_cast<std::size_t>(std::floor(std::log10(c.table_max / c.table_min) * c.steps_per_decade + 1e-9)) + 1;
