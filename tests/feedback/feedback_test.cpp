@@ -35,10 +35,9 @@ TEST_CASE("residual with a scale: sent + e' == g + s e, element by element, for 
       const std::vector<float> e_old = st.residual;
       const auto sent = step(comp, g, st);
       const float s = comp.get_config().feedback.scale;
-      for (std::size_t i = 0; i < n; ++i) {
-        const float x = g[i] + s * e_old[i];
-        REQUIRE(sent[i] + st.residual[i] == x);
-      }
+      std::size_t broken = 0;
+      for (std::size_t i = 0; i < n; ++i) broken += sent[i] + st.residual[i] != g[i] + s * e_old[i];
+      REQUIRE(broken == 0);
     }
   };
   for (float s : {1.0f, 0.5f, 0.9f, 1.25f, 0.0f}) {
@@ -65,20 +64,20 @@ TEST_CASE("momentum: u = m u + g, v = v + u; sent positions masked (u = 0, v = x
   for (std::uint32_t t = 0; t < 50; ++t) {
     const auto g = test::heavy_tailed(n, 900 + t);
     const auto sent = step(comp, g, st);
-    std::size_t masked = 0;
+    std::size_t masked = 0, broken = 0;
     for (std::size_t i = 0; i < n; ++i) {
       u[i] = 0.9f * u[i] + g[i];
       v[i] = v[i] + u[i];
       if (sent[i] != 0.0f) {
-        REQUIRE(st.momentum[i] == 0.0f);
-        REQUIRE(sent[i] + st.residual[i] == v[i]);  // conservation at the sent positions
+        broken += st.momentum[i] != 0.0f;
+        broken += sent[i] + st.residual[i] != v[i];  // conservation at the sent positions
         v[i] = v[i] - sent[i];
         u[i] = 0.0f;
         ++masked;
       }
-      REQUIRE(st.momentum[i] == u[i]);
-      REQUIRE(st.residual[i] == v[i]);
+      broken += st.momentum[i] != u[i] || st.residual[i] != v[i];
     }
+    REQUIRE(broken == 0);
     CHECK(masked >= 300);  // ~1% of each chunk (a sent value may round to bf16 0 only if tiny)
   }
 }
@@ -100,7 +99,9 @@ TEST_CASE("momentum: local clipping scales each chunk's gradient to the clip nor
   const C off({.sparsify = {.density = 0.001}, .feedback = {.factor = 0.5f, .clip_norm = 1e30f}});
   auto st2 = off.make_state(n);
   (void)step(off, g, st2);
-  for (std::size_t i = 0; i < n; ++i) REQUIRE((st2.momentum[i] == 0.0f || st2.momentum[i] == g[i]));
+  std::size_t unclipped = 0;
+  for (std::size_t i = 0; i < n; ++i) unclipped += !(st2.momentum[i] == 0.0f || st2.momentum[i] == g[i]);
+  CHECK(unclipped == 0);
   CHECK(C({.feedback = {.factor = 1.0f}}).validate() == errc::invalid_argument);
   CHECK(C({.feedback = {.clip_norm = -1.0f}}).validate() == errc::invalid_argument);
 }
