@@ -728,7 +728,10 @@ class compressor {
           }
         } else {
           indices_of.next(m0, n, where);
+          constexpr std::size_t ahead = 16;  // scattered outputs: keep several misses in flight
+          for (std::size_t i = 0; i < std::min(ahead, n); ++i) GRADCOMP_PREFETCH(region + where[i]);
           for (std::size_t i = 0; i < n; ++i) {
+            if (i + ahead < n) GRADCOMP_PREFETCH(region + where[i + ahead]);
             T& to = region[where[i]];
             const float v = Quantizer::decode(qc, mt, codes[i]);
             to = from_float<T>(add ? canonical_nan(to_float(to) + v) : v);
