@@ -221,28 +221,34 @@ class threshold_selector {
     ++passes_;
     constexpr std::size_t tile = 512, block = 16;
     std::size_t count = 0;
-    const std::size_t cap = cap_;
-    const auto keep = [&](std::size_t i) {
-      if (count < cap) out[count] = static_cast<std::uint32_t>(i);
-      ++count;
-    };
     std::uint32_t keys[tile];
     const std::size_t full = n_ - n_ % tile;
     run_best([&]() GRADCOMP_LOOP_BODY {
+      // Locals: the index stores cannot alias them. A block holding a key >= t is compacted
+      // without branches (each index is stored, the count advances only for hits; past the
+      // capacity the stores go to a scratch word), so scattered hits cost no mispredictions.
+      const std::uint32_t at_least = t;
+      const std::size_t cap = cap_;
+      std::size_t kept = 0;
+      std::uint32_t scratch = 0;
       for (std::size_t i0 = 0; i0 < full; i0 += tile) {
         for (std::size_t j = 0; j < tile; ++j) keys[j] = key(i0 + j);
         for (std::size_t b = 0; b < tile; b += block) {
           std::uint32_t max_key = 0;
           for (std::size_t j = 0; j < block; ++j) max_key = std::max(max_key, keys[b + j]);
-          if (max_key < t) continue;
-          std::uint32_t hits = 0;
-          for (std::size_t j = 0; j < block; ++j) hits |= std::uint32_t{keys[b + j] >= t} << j;
-          for (; hits; hits &= hits - 1) keep(i0 + b + static_cast<std::size_t>(std::countr_zero(hits)));
+          if (max_key < at_least) continue;
+          for (std::size_t j = 0; j < block; ++j) {
+            *(kept < cap ? out + kept : &scratch) = static_cast<std::uint32_t>(i0 + b + j);
+            kept += keys[b + j] >= at_least;
+          }
         }
       }
+      for (std::size_t i = full; i < n_; ++i) {
+        *(kept < cap ? out + kept : &scratch) = static_cast<std::uint32_t>(i);
+        kept += key(i) >= at_least;
+      }
+      count = kept;
     });
-    for (std::size_t i = full; i < n_; ++i)
-      if (key(i) >= t) keep(i);
     return count;
   }
 
