@@ -607,12 +607,11 @@ class compressor {
       h.index_bytes = sized.index_bytes;
       h.value_bytes = sized.value_bytes;
     }
-    std::byte* section = f + h.index_offset();
+    std::byte* section = f + h.index_offset();  // (after the meta section, whose size is fixed by now)
     if constexpr (listed) {
       const indices::encoding enc = indices::choose(idx, kept, h.dense_count, cfg_.compact_indices);
       h.indices = enc.format;
       h.index_bytes = enc.bytes;
-      section = f + h.index_offset();
       indices::write(enc, idx, kept, h.dense_count, section);
     } else {
       store_le<std::uint32_t>(section, cfg_.seed);

@@ -23,7 +23,6 @@
 // result is a function of the keys, (seed, step, chunk) and previous.
 
 #include <algorithm>
-#include <bit>
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
@@ -31,7 +30,6 @@
 #include <span>
 
 #include "../core/bits.hpp"
-#include "../core/byteio.hpp"
 #include "../core/philox.hpp"
 #include "../sparsify/threshold.hpp"
 #include "dispatch.hpp"
