@@ -58,13 +58,24 @@ class row_topk_selector {
   template <class ScanKey>
   std::size_t small_row(ScanKey& scan_key, std::size_t row, std::size_t len, std::size_t k, std::uint32_t* out) {
     std::uint64_t best[small_k];
-    std::size_t filled = 0;
-    for (std::size_t j = 0; j < len; ++j) {
+    std::size_t j = 0;
+    for (; j < k; ++j) {  // k < len here
       const std::uint64_t w = word(scan_key(row + j), j);
-      if (filled == k && w <= best[k - 1]) continue;
-      std::size_t at = filled < k ? filled++ : k - 1;
+      std::size_t at = j;
       for (; at > 0 && best[at - 1] < w; --at) best[at] = best[at - 1];
       best[at] = w;
+    }
+    // A later key enters only if strictly larger than the smallest kept one (an equal key has
+    // a higher index): one compare per element in a register, words built only on entry.
+    std::uint32_t floor = static_cast<std::uint32_t>(best[k - 1] >> 32);
+    for (; j < len; ++j) {
+      const std::uint32_t key = scan_key(row + j);
+      if (key <= floor) continue;
+      const std::uint64_t w = word(key, j);
+      std::size_t at = k - 1;
+      for (; at > 0 && best[at - 1] < w; --at) best[at] = best[at - 1];
+      best[at] = w;
+      floor = static_cast<std::uint32_t>(best[k - 1] >> 32);
     }
     for (std::size_t m = 0; m < k; ++m) out[m] = static_cast<std::uint32_t>(row + ~static_cast<std::uint32_t>(best[m]));
     std::sort(out, out + k);
