@@ -641,27 +641,26 @@ class compressor {
         });
   }
 
-  // The indices of a validated sparse frame, a block at a time, in value order.
-  class index_source {
-   public:
-    index_source(const frame::header& h, const std::byte* f, std::uint32_t seed)
-        : list_(h.indices, f + h.index_offset(), h.index_bytes),
-          pi_(h.dense_count, seed, h.step, h.chunk_id),
-          seeded_(h.indices == frame::index_format::seeded) {}
-    // where[i] = index of value m0 + i, i < n (blocks in order).
-    void next(std::size_t m0, std::size_t n, std::uint32_t* where) {
-      if (seeded_) {
-        for (std::size_t i = 0; i < n; ++i) where[i] = pi_(static_cast<std::uint32_t>(m0 + i));
-      } else {
-        list_.next(where, n);
-      }
-    }
-
-   private:
-    indices::reader list_;
-    feistel_permutation pi_;
-    bool seeded_;
+  // The indices of a validated sparse frame, a block at a time, in value order: where[i] =
+  // index of value m0 + i, i < n. Listed frames read their index section; random-k frames
+  // evaluate the permutation their (seed, step, chunk) name.
+  struct listed_indices {
+    indices::reader list;
+    void next(std::size_t, std::size_t n, std::uint32_t* where) { list.next(where, n); }
   };
+  struct seeded_indices {
+    feistel_permutation pi;
+    void next(std::size_t m0, std::size_t n, std::uint32_t* where) const {
+      for (std::size_t i = 0; i < n; ++i) where[i] = pi(static_cast<std::uint32_t>(m0 + i));
+    }
+  };
+  auto indices_of(const frame::header& h, const std::byte* f) const {
+    if constexpr (kind == selection::random) {
+      return seeded_indices{feistel_permutation(h.dense_count, cfg_.seed, h.step, h.chunk_id)};
+    } else {
+      return listed_indices{indices::reader(h.indices, f + h.index_offset(), h.index_bytes)};
+    }
+  }
 
   // Meta of group q of frame f (validated by check_frame before use).
   meta_type group_meta(const frame::header& h, const std::byte* f, std::size_t q) const {
@@ -708,7 +707,7 @@ class compressor {
       alignas(64) code_type codes[max_group_size + 8];
       alignas(64) T decoded[max_group_size];
       alignas(64) std::uint32_t where[Sparsifier::is_dense ? 1 : max_group_size];
-      index_source indices_of(h, f, cfg_.seed);
+      auto sparse_indices = indices_of(h, f);
       for (std::size_t m0 = 0; m0 < h.kept_count; m0 += block) {
         const std::size_t n = std::min<std::size_t>(block, h.kept_count - m0);
         const meta_type mt = gs ? group_meta(h, f, m0 / gs) : meta_type{};
@@ -726,7 +725,7 @@ class compressor {
             for (std::size_t i = 0; i < n; ++i) to[i] = from_float<T>(Quantizer::decode(qc, mt, codes[i]));
           }
         } else {
-          indices_of.next(m0, n, where);
+          sparse_indices.next(m0, n, where);
           constexpr std::size_t ahead = 16;  // scattered outputs: keep several misses in flight
           for (std::size_t i = 0; i < std::min(ahead, n); ++i) GRADCOMP_PREFETCH(region + where[i]);
           for (std::size_t i = 0; i < n; ++i) {
