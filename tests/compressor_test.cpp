@@ -10,37 +10,21 @@
 #include <numeric>
 #include <vector>
 
+#include "support/codec.hpp"
 #include "support/frames.hpp"
 #include "support/random.hpp"
+#include "support/reference.hpp"
 
 using namespace gradcomp;
+using test::compress_all;
 
 namespace {
-
-template <class C, class T>
-std::vector<std::byte> compress_all(const C& comp, const std::vector<T>& g, state& st) {
-  std::vector<std::byte> payload(comp.template max_payload_bytes<T>(g.size()));
-  const auto written = comp.template compress<T>(g, st, payload);
-  REQUIRE_MESSAGE(written.ok(), written.error().detail());
-  payload.resize(*written);
-  return payload;
-}
 
 template <class T>
 std::vector<T> to_elements(const std::vector<float>& v) {
   std::vector<T> out(v.size());
   for (std::size_t i = 0; i < v.size(); ++i) out[i] = from_float<T>(v[i]);
   return out;
-}
-
-// Reference top-k: sort by |x| bits descending, ties to the lower index; indices ascending.
-std::vector<std::uint32_t> reference_topk(const std::vector<float>& x, std::size_t k) {
-  std::vector<std::uint32_t> idx(x.size());
-  std::iota(idx.begin(), idx.end(), 0u);
-  std::stable_sort(idx.begin(), idx.end(), [&](std::uint32_t a, std::uint32_t b) { return abs_key(x[a]) > abs_key(x[b]); });
-  idx.resize(k);
-  std::sort(idx.begin(), idx.end());
-  return idx;
 }
 
 double squared_norm(const std::vector<float>& v) {
@@ -133,7 +117,7 @@ TEST_CASE("exact top-k equals a sort-based reference, ties to the lower index") 
       const auto payload = compress_all(comp, dc.x, st);
       const std::size_t k = sparsify::topk::kept({density}, dc.x.size());
       REQUIRE(test::header_of(payload).kept_count == k);
-      REQUIRE(test::frame_indices(payload) == reference_topk(dc.x, k));
+      REQUIRE(test::frame_indices(payload) == test::reference_topk(test::keys_of(dc.x), k));
     }
   }
 }

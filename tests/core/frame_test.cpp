@@ -9,30 +9,18 @@
 #include <initializer_list>
 #include <vector>
 
+#include "support/codec.hpp"
 #include "support/frames.hpp"
 #include "support/random.hpp"
 
 using namespace gradcomp;
+using test::bytes_of;
+using test::compress_all;
 
 namespace {
 
 using topk_bf16 = compressor<partition::whole, sparsify::topk, quantize::bf16, feedback::none>;
 using chunked_fp16 = compressor<partition::chunks, sparsify::dense, quantize::fp16, feedback::none>;
-
-template <class C, class T>
-std::vector<std::byte> compress_all(const C& comp, const std::vector<T>& g, state& st) {
-  std::vector<std::byte> payload(comp.template max_payload_bytes<T>(g.size()));
-  const auto written = comp.template compress<T>(g, st, payload);
-  REQUIRE(written.ok());
-  payload.resize(*written);
-  return payload;
-}
-
-std::vector<std::byte> bytes_of(std::initializer_list<int> v) {
-  std::vector<std::byte> out;
-  for (int b : v) out.push_back(static_cast<std::byte>(b));
-  return out;
-}
 
 // The 104-byte frame of top-k (density 0.4) + bf16 over {0.5, -3, 0, 1.25, -0.0625}.
 const std::vector<std::byte> golden_topk_bf16 = bytes_of({

@@ -5,34 +5,22 @@
 
 #include <doctest/doctest.h>
 
-#include <initializer_list>
 #include <vector>
 
+#include "support/codec.hpp"
+
 using namespace gradcomp;
+using test::bytes_of;
 
 namespace {
 
-std::vector<std::byte> bytes_of(std::initializer_list<int> v) {
-  std::vector<std::byte> out;
-  for (int b : v) out.push_back(static_cast<std::byte>(b));
-  return out;
-}
-
+// The compressor writes exactly the golden frame for x, and decodes it into `decoded`
+// (elements not sent become 0 whatever the output held).
 template <class C>
-std::vector<std::byte> compress_all(const C& comp, const std::vector<float>& g) {
-  auto st = comp.make_state(g.size());
-  std::vector<std::byte> payload(comp.template max_payload_bytes<float>(g.size()));
-  const auto written = comp.template compress<float>(g, st, payload);
-  REQUIRE(written.ok());
-  payload.resize(*written);
-  return payload;
-}
-
-template <class C>
-std::vector<float> decode(const C& comp, const std::vector<std::byte>& payload, std::size_t n) {
-  std::vector<float> out(n, 9.0f);
-  REQUIRE(comp.template decompress<float>(payload, std::span(out)).ok());
-  return out;
+void check_golden(const C& comp, const std::vector<float>& x, const std::vector<std::byte>& golden,
+                  const std::vector<float>& decoded) {
+  CHECK(test::compress_at(comp, x) == golden);
+  CHECK(test::decompressed(comp, golden, x.size(), 9.0f) == decoded);
 }
 
 const std::vector<float> small_input = {0.5f, -3.0f, 0.0f, 1.25f, -0.0625f};
@@ -49,8 +37,7 @@ TEST_CASE("golden bytes: top-k + bf16 with a bitmap index section") {
     0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x40, 0xc0, 0xa0, 0x3f, 0x00, 0x00, 0x00, 0x00,
 });
   const compressor<partition::whole, sparsify::topk, quantize::bf16, feedback::none> comp({.sparsify = {.density = 0.4}});
-  CHECK(compress_all(comp, small_input) == golden);
-  CHECK(decode(comp, golden, 5) == std::vector<float>{0.0f, -3.0f, 0.0f, 1.25f, 0.0f});
+  check_golden(comp, small_input, golden, std::vector<float>{0.0f, -3.0f, 0.0f, 1.25f, 0.0f});
 }
 
 TEST_CASE("golden bytes: top-k + fp32 with delta-coded indices (gaps 2, 6, 140 at 8 bits)") {
@@ -66,8 +53,7 @@ TEST_CASE("golden bytes: top-k + fp32 with delta-coded indices (gaps 2, 6, 140 a
   const compressor<partition::whole, sparsify::topk, quantize::none, feedback::none> comp({.sparsify = {.density = 0.015}});
   std::vector<float> x(200, 0.0f);
   x[2] = 1.0f, x[9] = -2.0f, x[150] = 0.5f;
-  CHECK(compress_all(comp, x) == golden);
-  CHECK(decode(comp, golden, 200) == x);
+  check_golden(comp, x, golden, x);
 }
 
 TEST_CASE("golden bytes: random-k + bf16, seeded index section (positions 1, 9, 0 for seed 7)") {
@@ -83,8 +69,7 @@ TEST_CASE("golden bytes: random-k + bf16, seeded index section (positions 1, 9, 
       {.sparsify = {.density = 0.3}, .seed = 7});
   std::vector<float> x(10);
   for (std::size_t i = 0; i < x.size(); ++i) x[i] = float(i) / 2 - 2;
-  CHECK(compress_all(comp, x) == golden);
-  CHECK(decode(comp, golden, 10) == std::vector<float>{-2.0f, -1.5f, 0, 0, 0, 0, 0, 0, 0, 2.5f});
+  check_golden(comp, x, golden, std::vector<float>{-2.0f, -1.5f, 0, 0, 0, 0, 0, 0, 0, 2.5f});
 }
 
 TEST_CASE("golden bytes: row top-k (cols 4, k 1) + fp32") {
@@ -100,8 +85,7 @@ TEST_CASE("golden bytes: row top-k (cols 4, k 1) + fp32") {
   const compressor<partition::whole, sparsify::row_topk, quantize::none, feedback::none> comp(
       {.sparsify = {.cols = 4, .k_per_row = 1}});
   const std::vector<float> x = {1, -5, 2, 0, 0, 0, 3, -3, -1, 1};
-  CHECK(compress_all(comp, x) == golden);
-  CHECK(decode(comp, golden, 10) == std::vector<float>{0, -5, 0, 0, 0, 0, 3, 0, -1, 0});
+  check_golden(comp, x, golden, std::vector<float>{0, -5, 0, 0, 0, 0, 3, 0, -1, 0});
 }
 
 TEST_CASE("golden bytes: threshold at density 1 + bf16 keeps everything") {
@@ -115,6 +99,5 @@ TEST_CASE("golden bytes: threshold at density 1 + bf16 keeps everything") {
     0x00, 0x00, 0x00, 0x00,
 });
   const compressor<partition::whole, sparsify::threshold, quantize::bf16, feedback::none> comp({.sparsify = {.density = 1.0}});
-  CHECK(compress_all(comp, small_input) == golden);
-  CHECK(decode(comp, golden, 5) == small_input);
+  check_golden(comp, small_input, golden, small_input);
 }

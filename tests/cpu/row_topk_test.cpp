@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "support/random.hpp"
+#include "support/reference.hpp"
 
 using namespace gradcomp;
 
@@ -18,12 +19,7 @@ namespace {
 std::vector<std::uint32_t> reference(const std::vector<std::uint32_t>& keys, std::size_t cols, std::size_t k) {
   std::vector<std::uint32_t> out;
   for (std::size_t row = 0; row < keys.size(); row += cols) {
-    const std::size_t len = std::min(cols, keys.size() - row);
-    std::vector<std::uint32_t> idx(len);
-    std::iota(idx.begin(), idx.end(), static_cast<std::uint32_t>(row));
-    std::stable_sort(idx.begin(), idx.end(), [&](std::uint32_t a, std::uint32_t b) { return keys[a] > keys[b]; });
-    idx.resize(std::min(k, len));
-    std::sort(idx.begin(), idx.end());
+    const auto idx = test::reference_topk(keys, k, row, cols);
     out.insert(out.end(), idx.begin(), idx.end());
   }
   return out;

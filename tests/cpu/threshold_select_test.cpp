@@ -14,27 +14,15 @@
 #include <vector>
 
 #include "support/random.hpp"
+#include "support/reference.hpp"
 
 using namespace gradcomp;
+using test::keys_of;
+using test::reference_topk;
 using rule = sparsify::threshold::rule;
 using policy = sparsify::threshold;
 
 namespace {
-
-std::vector<std::uint32_t> reference(const std::vector<std::uint32_t>& keys, std::size_t k) {
-  std::vector<std::uint32_t> idx(keys.size());
-  std::iota(idx.begin(), idx.end(), 0u);
-  std::stable_sort(idx.begin(), idx.end(), [&](std::uint32_t a, std::uint32_t b) { return keys[a] > keys[b]; });
-  idx.resize(k);
-  std::sort(idx.begin(), idx.end());
-  return idx;
-}
-
-std::vector<std::uint32_t> keys_of(const std::vector<float>& x) {
-  std::vector<std::uint32_t> keys(x.size());
-  for (std::size_t i = 0; i < x.size(); ++i) keys[i] = abs_key(x[i]);
-  return keys;
-}
 
 std::vector<float> gaussian(std::size_t n, std::uint32_t seed) {
   std::mt19937 gen(seed);
@@ -98,7 +86,7 @@ void check_consistent(const std::vector<std::uint32_t>& keys, const policy::conf
   CHECK(r.indices.size() <= policy::kept(c, n));
   CHECK(std::adjacent_find(r.indices.begin(), r.indices.end(), std::greater_equal<>()) == r.indices.end());
   if (r.fallback) {
-    CHECK(r.indices == reference(keys, k));
+    CHECK(r.indices == reference_topk(keys, k));
     std::uint32_t smallest = ~0u;
     for (auto i : r.indices) smallest = std::min(smallest, keys[i]);
     CHECK(abs_key(r.threshold) == smallest);
@@ -286,7 +274,7 @@ TEST_CASE("k = n keeps everything; tiny chunks") {
   const auto keys = keys_of(test::heavy_tailed(1000, 81));
   for (rule estimate : {rule::dgc, rule::tagc}) {
     const auto all = run(keys, make(estimate, 1.0));
-    CHECK(all.indices == reference(keys, keys.size()));
+    CHECK(all.indices == reference_topk(keys, keys.size()));
     CHECK(all.passes == 1);
     CHECK(run({}, make(estimate, 0.5)).indices.empty());
     for (std::size_t n : {1u, 2u, 255u, 256u, 257u}) {

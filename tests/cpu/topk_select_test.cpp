@@ -9,19 +9,13 @@
 #include <vector>
 
 #include "support/random.hpp"
+#include "support/reference.hpp"
 
 using namespace gradcomp;
+using test::keys_of;
+using test::reference_topk;
 
 namespace {
-
-std::vector<std::uint32_t> reference(const std::vector<std::uint32_t>& keys, std::size_t k) {
-  std::vector<std::uint32_t> idx(keys.size());
-  std::iota(idx.begin(), idx.end(), 0u);
-  std::stable_sort(idx.begin(), idx.end(), [&](std::uint32_t a, std::uint32_t b) { return keys[a] > keys[b]; });
-  idx.resize(k);
-  std::sort(idx.begin(), idx.end());
-  return idx;
-}
 
 struct outcome {
   std::vector<std::uint32_t> indices;
@@ -49,12 +43,6 @@ outcome run(const std::vector<std::uint32_t>& keys, std::size_t k) {
   return {out, sel.used_fallback(), scanned};
 }
 
-std::vector<std::uint32_t> keys_of(const std::vector<float>& x) {
-  std::vector<std::uint32_t> keys(x.size());
-  for (std::size_t i = 0; i < x.size(); ++i) keys[i] = abs_key(x[i]);
-  return keys;
-}
-
 }  // namespace
 
 TEST_CASE("sampled bracket path on typical data, exact, each element scanned once in order") {
@@ -64,7 +52,7 @@ TEST_CASE("sampled bracket path on typical data, exact, each element scanned onc
     const auto r = run(keys, k);
     CHECK(!r.fallback);
     CHECK(r.scanned == keys.size());
-    CHECK(r.indices == reference(keys, k));
+    CHECK(r.indices == reference_topk(keys, k));
   }
 }
 
@@ -72,14 +60,14 @@ TEST_CASE("radix fallback when the sample misleads or ties crowd the bracket") {
   std::vector<std::uint32_t> equal(200000, 0x3f800000u);
   auto r = run(equal, 5000);
   CHECK(r.fallback);
-  CHECK(r.indices == reference(equal, 5000));
+  CHECK(r.indices == reference_topk(equal, 5000));
 
   const std::size_t n = 200000, s = cpu::topk_selector::sample_size;
   auto fooled = keys_of(test::heavy_tailed(n, 22, 1e-3f));
   for (std::size_t j = 0; j < s; ++j) fooled[j * n / s] = 0x3f800000u + static_cast<std::uint32_t>(j);
   for (std::size_t k : {100u, 40000u}) {
     r = run(fooled, k);
-    CHECK(r.indices == reference(fooled, k));
+    CHECK(r.indices == reference_topk(fooled, k));
   }
   CHECK(run(fooled, 100).fallback);
 }
@@ -89,5 +77,5 @@ TEST_CASE("k = 0 and k = n still scan every element") {
   CHECK(run(keys, 0).scanned == 1000);
   const auto all = run(keys, 1000);
   CHECK(all.scanned == 1000);
-  CHECK(all.indices == reference(keys, 1000));
+  CHECK(all.indices == reference_topk(keys, 1000));
 }

@@ -7,21 +7,17 @@
 #include <cmath>
 #include <vector>
 
+#include "support/codec.hpp"
 #include "support/random.hpp"
 
 using namespace gradcomp;
 
 namespace {
 
+// One step: what the receiver decodes.
 template <class C>
 std::vector<float> step(const C& comp, const std::vector<float>& g, state& st) {
-  std::vector<std::byte> payload(comp.template max_payload_bytes<float>(g.size()));
-  const auto written = comp.template compress<float>(g, st, payload);
-  REQUIRE_MESSAGE(written.ok(), written.error().detail());
-  payload.resize(*written);
-  std::vector<float> sent(g.size());
-  REQUIRE(comp.template decompress<float>(payload, std::span(sent)).ok());
-  return sent;
+  return test::decompressed(comp, test::compress_all(comp, g, st), g.size());
 }
 
 }  // namespace

@@ -10,29 +10,15 @@
 #include <random>
 #include <vector>
 
+#include "support/codec.hpp"
 #include "support/frames.hpp"
 #include "support/random.hpp"
+#include "support/reference.hpp"
 
 using namespace gradcomp;
+using test::compress_all;
 
 namespace {
-
-template <class C>
-std::vector<std::byte> compress_all(const C& comp, const std::vector<float>& g, state& st) {
-  std::vector<std::byte> payload(comp.template max_payload_bytes<float>(g.size()));
-  const auto written = comp.template compress<float>(g, st, payload);
-  REQUIRE_MESSAGE(written.ok(), written.error().detail());
-  payload.resize(*written);
-  return payload;
-}
-
-template <class C>
-std::vector<float> decoded(const C& comp, std::span<const std::byte> payload, std::size_t n) {
-  std::vector<float> out(n, 0.0f);
-  const status s = comp.template decompress<float>(payload, std::span(out));
-  REQUIRE_MESSAGE(s.ok(), s.detail());
-  return out;
-}
 
 double squared_norm(const std::vector<float>& v) {
   double s = 0;
@@ -78,7 +64,7 @@ TEST_CASE("index encodings: each top-k frame takes the smallest, and decodes lik
     if (density == 0.9) CHECK(h1.indices == frame::index_format::bitmap);
     if (density == 0.01) CHECK(h1.indices == frame::index_format::delta);
     CHECK(p1.size() <= p2.size());
-    CHECK(decoded(compact, p1, n) == decoded(lists, p2, n));
+    CHECK(test::decompressed(compact, p1, n) == test::decompressed(lists, p2, n));
   }
 }
 
@@ -184,12 +170,7 @@ TEST_CASE("threshold: adversarial inputs fall back to the exact top-k and never 
     const auto h = test::header_of(p);
     CHECK(h.kept_count == 500);  // exactly k: the exact fallback
     const auto idx = test::frame_indices(p);
-    std::vector<std::uint32_t> order(n);
-    std::iota(order.begin(), order.end(), 0u);
-    std::stable_sort(order.begin(), order.end(), [&](std::uint32_t a, std::uint32_t b) { return abs_key(x[a]) > abs_key(x[b]); });
-    order.resize(500);
-    std::sort(order.begin(), order.end());
-    CHECK(idx == order);
+    CHECK(idx == test::reference_topk(test::keys_of(x), 500));
   }
 }
 
@@ -201,7 +182,7 @@ TEST_CASE("random-k: the same seed keeps the same positions on every rank; frame
   auto sa = a.make_state(n), sb = b.make_state(n);
   const auto pa = compress_all(a, test::heavy_tailed(n, 1), sa), pb = compress_all(b, test::heavy_tailed(n, 2), sb);
   REQUIRE(pa.size() == pb.size());
-  const auto oa = decoded(a, pa, n), ob = decoded(b, pb, n);
+  const auto oa = test::decompressed(a, pa, n), ob = test::decompressed(b, pb, n);
   std::size_t kept = 0, differ = 0;
   for (std::size_t i = 0; i < n; ++i) {
     differ += (oa[i] != 0.0f) != (ob[i] != 0.0f);
@@ -233,7 +214,7 @@ TEST_CASE("random-k: every position equally likely over steps (chi-square), cont
   std::vector<double> hits(n, 0.0);
   double kept_energy = 0.0;
   for (std::size_t s = 0; s < steps; ++s) {
-    const auto out = decoded(comp, compress_all(comp, x, st), n);
+    const auto out = test::decompressed(comp, compress_all(comp, x, st), n);
     for (std::size_t i = 0; i < n; ++i) hits[i] += out[i] != 0.0f;
     kept_energy += squared_norm(out);
   }
@@ -254,15 +235,12 @@ TEST_CASE("row top-k: each row keeps its k largest |x|, with residual feedback, 
     const auto g = test::heavy_tailed(n, 31);
     const auto p = compress_all(comp, g, st);
     CHECK(test::header_of(p).kept_count == rows * k + std::min<std::size_t>(k, 100));
-    const auto out = decoded(comp, p, n);
+    const auto out = test::decompressed(comp, p, n);
+    const auto keys = test::keys_of(g);
     for (std::size_t row = 0; row < n; row += cols) {
       const std::size_t len = std::min(cols, n - row);
-      std::vector<std::uint32_t> order(len);
-      std::iota(order.begin(), order.end(), 0u);
-      std::stable_sort(order.begin(), order.end(),
-                       [&](std::uint32_t a, std::uint32_t b) { return abs_key(g[row + a]) > abs_key(g[row + b]); });
       std::vector<bool> want(len, false);
-      for (std::size_t m = 0; m < std::min(k, len); ++m) want[order[m]] = true;
+      for (std::uint32_t i : test::reference_topk(keys, k, row, len)) want[i - row] = true;
       double sent = 0, all = 0;
       for (std::size_t j = 0; j < len; ++j) {
         REQUIRE((out[row + j] != 0.0f) == want[j]);

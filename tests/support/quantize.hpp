@@ -11,6 +11,7 @@
 #include <initializer_list>
 #include <vector>
 
+#include "codec.hpp"
 #include "random.hpp"
 
 namespace gradcomp::test {
@@ -19,23 +20,8 @@ template <class Q, class S = sparsify::dense, class F = feedback::none>
 using with_quantizer = compressor<partition::whole, S, Q, F>;
 
 template <class C>
-std::vector<std::byte> compress_at(const C& comp, const std::vector<float>& x, std::uint64_t step = 0) {
-  state st = comp.make_state(x.size());
-  st.step = step;
-  std::vector<std::byte> payload(comp.template max_payload_bytes<float>(x.size()));
-  const auto written = comp.template compress<float>(x, st, payload);
-  REQUIRE_MESSAGE(written.ok(), written.error().detail());
-  payload.resize(*written);
-  return payload;
-}
-
-template <class C>
 std::vector<float> round_trip(const C& comp, const std::vector<float>& x, std::uint64_t step = 0) {
-  const auto payload = compress_at(comp, x, step);
-  std::vector<float> out(x.size(), -1.0f);
-  const status s = comp.template decompress<float>(payload, out);
-  REQUIRE_MESSAGE(s.ok(), s.detail());
-  return out;
+  return decompressed(comp, compress_at(comp, x, step), x.size(), -1.0f);
 }
 
 // Mean of the decoded values over `steps` steps (fresh random numbers each step).
