@@ -9,7 +9,6 @@
 // Work is O(k) expected without feedback; unbiased after scaling by n/k (the caller's).
 // Contraction in expectation: E||x - C(x)||^2 = (1 - k/n) ||x||^2.
 
-#include <cmath>
 #include <cstddef>
 #include <cstdint>
 
@@ -28,7 +27,7 @@ struct randomk {
   static constexpr selection kind = selection::random;
 
   static status validate(const config& c) {
-    if (!(c.density > 0.0 && c.density <= 1.0)) return {errc::invalid_argument, "randomk density must be in (0, 1]"};
+    if (!valid_density(c.density)) return {errc::invalid_argument, "randomk density must be in (0, 1]"};
     return {};
   }
   GRADCOMP_HD static std::size_t kept(const config& c, std::size_t n) { return topk::kept({c.density}, n); }

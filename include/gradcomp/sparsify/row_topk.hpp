@@ -7,11 +7,11 @@
 // chunks: pick a chunk size that is a multiple of the row size (partition::chunks).
 // Contraction per row, hence overall: ||x - C(x)||^2 <= (1 - k/cols) ||x||^2.
 
-#include <cmath>
 #include <cstddef>
 #include <cstdint>
 
 #include "../core/concepts.hpp"
+#include "topk.hpp"
 
 namespace gradcomp::sparsify {
 
@@ -28,7 +28,7 @@ struct row_topk {
 
   static status validate(const config& c) {
     if (c.cols == 0 || c.cols > 0xffffffffu) return {errc::invalid_argument, "row_topk needs 0 < cols < 2^32"};
-    if (c.k_per_row == 0 && !(c.density > 0.0 && c.density <= 1.0))
+    if (c.k_per_row == 0 && !valid_density(c.density))
       return {errc::invalid_argument, "row_topk density must be in (0, 1] (or set k_per_row)"};
     return {};
   }
@@ -36,9 +36,7 @@ struct row_topk {
   GRADCOMP_HD static std::size_t per_row(const config& c) {
     if (c.cols == 0) return 0;
     if (c.k_per_row) return c.k_per_row < c.cols ? c.k_per_row : c.cols;
-    if (!(c.density > 0.0 && c.density < 1.0)) return c.cols;
-    const auto k = static_cast<std::size_t>(std::ceil(c.density * static_cast<double>(c.cols)));
-    return k < c.cols ? k : c.cols;
+    return topk::kept({c.density}, c.cols);
   }
   // An invalid config (rejected by validate) gives n, so size queries stay safe bounds.
   GRADCOMP_HD static std::size_t kept(const config& c, std::size_t n) {

@@ -50,7 +50,7 @@ struct threshold {
   static constexpr std::size_t sample_run = 16;
 
   static status validate(const config& c) {
-    if (!(c.density > 0.0 && c.density <= 1.0)) return {errc::invalid_argument, "threshold density must be in (0, 1]"};
+    if (!valid_density(c.density)) return {errc::invalid_argument, "threshold density must be in (0, 1]"};
     if (!(c.sample_fraction > 0.0 && c.sample_fraction <= 1.0))
       return {errc::invalid_argument, "threshold sample_fraction must be in (0, 1]"};
     if (!(c.min_ratio >= 0.0 && c.min_ratio <= 1.0 && c.max_ratio >= 1.0 && c.max_ratio <= 16.0))

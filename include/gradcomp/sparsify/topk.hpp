@@ -13,6 +13,9 @@
 
 namespace gradcomp::sparsify {
 
+// A fraction of a chunk to keep: in (0, 1] (NaN is not).
+constexpr bool valid_density(double d) { return d > 0.0 && d <= 1.0; }
+
 struct topk {
   using policy_kind = sparsifier_tag;
   struct config {
@@ -23,7 +26,7 @@ struct topk {
   static constexpr selection kind = selection::exact_topk;
 
   static status validate(const config& c) {
-    if (!(c.density > 0.0 && c.density <= 1.0)) return {errc::invalid_argument, "topk density must be in (0, 1]"};
+    if (!valid_density(c.density)) return {errc::invalid_argument, "topk density must be in (0, 1]"};
     return {};
   }
   // An invalid density (rejected by validate) gives n, so size queries stay safe bounds.
