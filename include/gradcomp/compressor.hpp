@@ -497,12 +497,19 @@ class compressor {
 
   // Values per block of encode_values() when the quantizer has no groups.
   static constexpr std::size_t ungrouped_block = 1024;
+  // Groups per batch of encode_values(): a batch's groups are all fitted before any is
+  // encoded, so the scalar tail of each fit (reductions, divisions) overlaps its neighbours'
+  // instead of stalling every group's vector loop.
+  static constexpr std::size_t batch_groups(std::size_t gs) {
+    return gs == 0 ? 1 : std::clamp<std::size_t>(ungrouped_block / gs, 1, 16);
+  }
 
-  // Encodes the sent values x_m, m < h.kept_count, a block at a time (a group, or
-  // ungrouped_block values): load(m0, n, xs) puts x_m0 .. x_m0+n-1 in xs; keep(m0, n, xs,
-  // decoded) gets them back with their decoded values, for the feedback. Writes each group's
-  // meta and the packed codes into frame f (header, indices and padding already written),
-  // and seals it: the values' CRC32C is taken as they are produced.
+  // Encodes the sent values x_m, m < h.kept_count, a batch of whole groups (or
+  // ungrouped_block values) at a time: load(m0, n, xs) returns x_m0 .. x_m0+n-1, put in xs or
+  // where they already are; keep(m0, n, x, decoded) gets them back with their decoded values,
+  // for the feedback. Writes each group's meta and the packed codes into frame f (header,
+  // indices and padding already written), and seals it: the values' CRC32C is taken as they
+  // are produced.
   template <class Load, class Keep>
   void encode_values(const frame::header& h, std::byte* f, bool streaming, Load&& load, Keep&& keep) const {
     cpu::run_best([&]() GRADCOMP_LOOP_BODY {
@@ -510,30 +517,47 @@ class compressor {
       // of the config included), so the loops over a group vectorise.
       const auto qc = cfg_.quantize;
       const std::size_t gs = Quantizer::group_size(qc), block = gs ? gs : ungrouped_block;
+      const std::size_t batch = block * batch_groups(gs);  // <= max_group_size
       const bool stochastic = Quantizer::stochastic(qc);
       std::byte* meta = f + h.meta_offset();
       alignas(64) float xs[max_group_size];
       alignas(64) float decoded[max_group_size];
       alignas(64) code_type codes[max_group_size];
       alignas(64) std::uint32_t random[max_group_size + 64];
+      meta_type metas[batch_groups(1)];
       cpu::packed_stream<code_bits> writer(f + h.value_offset(), streaming);
-      for (std::size_t m0 = 0; m0 < h.kept_count; m0 += block) {
-        const std::size_t n = std::min<std::size_t>(block, h.kept_count - m0);
-        load(m0, n, xs);
-        const meta_type mt = gs ? Quantizer::fit(qc, xs, n) : meta_type{};
-        const std::size_t group = gs ? m0 / gs : 0;  // (a ?: keeps nvcc from flagging / 0 for casts)
-        if (gs) Quantizer::store_meta(mt, meta + group * Quantizer::meta_bytes);
-        if (stochastic) {
-          fill_random(random, m0, n, h.chunk_id, h.step);
-          for (std::size_t i = 0; i < n; ++i) codes[i] = Quantizer::encode(qc, mt, xs[i], random[i]);
+      constexpr bool in_place = code_bits == 8 * sizeof(code_type);  // codes go straight to the writer
+      for (std::size_t m0 = 0; m0 < h.kept_count; m0 += batch) {
+        const std::size_t n = std::min<std::size_t>(batch, h.kept_count - m0);
+        const std::size_t groups = (n + block - 1) / block;
+        code_type* out = codes;
+        if constexpr (in_place) out = writer.template room<code_type>();
+        const float* const x = load(m0, n, xs);
+        if (gs) {
+          const std::size_t first = gs ? m0 / gs : 0;  // (a ?: keeps nvcc from flagging / 0 for casts)
+          for (std::size_t q = 0; q < groups; ++q) {
+            metas[q] = Quantizer::fit(qc, x + q * gs, std::min(gs, n - q * gs));
+            Quantizer::store_meta(metas[q], meta + (first + q) * Quantizer::meta_bytes);
+          }
+        }
+        if (stochastic) fill_random(random, m0, n, h.chunk_id, h.step);
+        for (std::size_t q = 0; q < groups; ++q) {
+          const meta_type mt = gs ? metas[q] : meta_type{};
+          const std::size_t i0 = q * block, i1 = std::min(n, i0 + block);
+          if (stochastic) {
+            for (std::size_t i = i0; i < i1; ++i) out[i] = Quantizer::encode(qc, mt, x[i], random[i]);
+          } else {
+            for (std::size_t i = i0; i < i1; ++i) out[i] = Quantizer::encode(qc, mt, x[i], 0);
+          }
+          if constexpr (Feedback::has_state)
+            for (std::size_t i = i0; i < i1; ++i) decoded[i] = Quantizer::decode(qc, mt, out[i]);
+        }
+        if constexpr (Feedback::has_state) keep(m0, n, x, decoded);
+        if constexpr (in_place) {
+          writer.template put_in_place<code_type>(n);
         } else {
-          for (std::size_t i = 0; i < n; ++i) codes[i] = Quantizer::encode(qc, mt, xs[i], 0);
+          writer.put(codes, n);
         }
-        if constexpr (Feedback::has_state) {
-          for (std::size_t i = 0; i < n; ++i) decoded[i] = Quantizer::decode(qc, mt, codes[i]);
-          keep(m0, n, xs, decoded);
-        }
-        writer.put(codes, n);
       }
       // body = [meta, indices, their padding] then [values, padding]
       const std::size_t prefix = h.value_offset() - frame::header_bytes, end = h.value_offset() + h.value_bytes;
@@ -557,7 +581,12 @@ class compressor {
   void encode_dense(const element_feedback<T>& fb, const frame::header& h, std::byte* f, bool streaming) const {
     encode_values(
         h, f, streaming, [&](std::size_t m0, std::size_t n, float* xs) {
-          for (std::size_t i = 0; i < n; ++i) xs[i] = fb.peek(m0 + i);
+          if constexpr (std::is_same_v<T, float> && !Feedback::has_state) {
+            return fb.g + m0;  // the gradient itself: no copy
+          } else {
+            for (std::size_t i = 0; i < n; ++i) xs[i] = fb.peek(m0 + i);
+            return static_cast<const float*>(xs);
+          }
         },
         [&](std::size_t m0, std::size_t n, const float* xs, const float* decoded) {
           for (std::size_t i = 0; i < n; ++i) fb.sent(m0 + i, xs[i], decoded[i]);
@@ -635,6 +664,7 @@ class compressor {
             }
             xs[i] = fb.value(idx[m]);
           }
+          return static_cast<const float*>(xs);
         },
         [&](std::size_t m0, std::size_t n, const float* xs, const float* decoded) {
           for (std::size_t i = 0; i < n; ++i) fb.sent(idx[m0 + i], xs[i], decoded[i]);
@@ -692,8 +722,9 @@ class compressor {
     return {};
   }
 
-  // Decodes frame f into out, a group (or ungrouped_block values) at a time: codes unpacked
-  // into a local buffer, then decoded; a large decompress goes out with non-temporal stores.
+  // Decodes frame f into out, a batch of whole groups (or ungrouped_block values) at a time,
+  // as encode_values() wrote them: codes unpacked into a local buffer, then decoded; a large
+  // decompress goes out with non-temporal stores.
   template <class T>
   void apply_frame(const frame::header& h, const std::byte* f, T* out, bool add) const {
     T* region = out + h.element_offset;
@@ -703,38 +734,43 @@ class compressor {
     cpu::run_best([&]() GRADCOMP_LOOP_BODY {
       const auto qc = cfg_.quantize;  // locals: output stores cannot alias them
       const std::size_t gs = Quantizer::group_size(qc), block = gs ? gs : ungrouped_block;
+      const std::size_t batch = block * batch_groups(gs);
       const std::byte* values = f + h.value_offset();
       alignas(64) code_type codes[max_group_size + 8];
       alignas(64) T decoded[max_group_size];
       alignas(64) std::uint32_t where[Sparsifier::is_dense ? 1 : max_group_size];
       auto sparse_indices = indices_of(h, f);
-      for (std::size_t m0 = 0; m0 < h.kept_count; m0 += block) {
-        const std::size_t n = std::min<std::size_t>(block, h.kept_count - m0);
-        const meta_type mt = gs ? group_meta(h, f, m0 / gs) : meta_type{};
-        unpack_codes<code_type, code_bits>(values, m0, n, codes);
-        if constexpr (Sparsifier::is_dense) {
-          T* to = region + m0;
-          if (add) {
-            for (std::size_t i = 0; i < n; ++i)
-              to[i] = from_float<T>(canonical_nan(to_float(to[i]) + Quantizer::decode(qc, mt, codes[i])));
-          } else if (streaming) {
-            for (std::size_t i = 0; i < n; ++i) decoded[i] = from_float<T>(Quantizer::decode(qc, mt, codes[i]));
-            cpu::detail::copy_tile(reinterpret_cast<std::byte*>(to), reinterpret_cast<const std::byte*>(decoded),
-                                   n * sizeof(T), true);
+      for (std::size_t b0 = 0; b0 < h.kept_count; b0 += batch) {
+        const std::size_t nb = std::min<std::size_t>(batch, h.kept_count - b0);
+        unpack_codes<code_type, code_bits>(values, b0, nb, codes);
+        if constexpr (!Sparsifier::is_dense) sparse_indices.next(b0, nb, where);
+        for (std::size_t i0 = 0; i0 < nb; i0 += block) {
+          const std::size_t i1 = std::min(nb, i0 + block);
+          const meta_type mt = gs ? group_meta(h, f, (b0 + i0) / gs) : meta_type{};
+          if constexpr (Sparsifier::is_dense) {
+            T* to = region + b0;
+            if (add) {
+              for (std::size_t i = i0; i < i1; ++i)
+                to[i] = from_float<T>(canonical_nan(to_float(to[i]) + Quantizer::decode(qc, mt, codes[i])));
+            } else if (streaming) {
+              for (std::size_t i = i0; i < i1; ++i) decoded[i] = from_float<T>(Quantizer::decode(qc, mt, codes[i]));
+            } else {
+              for (std::size_t i = i0; i < i1; ++i) to[i] = from_float<T>(Quantizer::decode(qc, mt, codes[i]));
+            }
           } else {
-            for (std::size_t i = 0; i < n; ++i) to[i] = from_float<T>(Quantizer::decode(qc, mt, codes[i]));
-          }
-        } else {
-          sparse_indices.next(m0, n, where);
-          constexpr std::size_t ahead = 16;  // scattered outputs: keep several misses in flight
-          for (std::size_t i = 0; i < std::min(ahead, n); ++i) GRADCOMP_PREFETCH(region + where[i]);
-          for (std::size_t i = 0; i < n; ++i) {
-            if (i + ahead < n) GRADCOMP_PREFETCH(region + where[i + ahead]);
-            T& to = region[where[i]];
-            const float v = Quantizer::decode(qc, mt, codes[i]);
-            to = from_float<T>(add ? canonical_nan(to_float(to) + v) : v);
+            constexpr std::size_t ahead = 16;  // scattered outputs: keep several misses in flight
+            for (std::size_t i = i0; i < std::min(i0 + ahead, i1); ++i) GRADCOMP_PREFETCH(region + where[i]);
+            for (std::size_t i = i0; i < i1; ++i) {
+              if (i + ahead < i1) GRADCOMP_PREFETCH(region + where[i + ahead]);
+              T& to = region[where[i]];
+              const float v = Quantizer::decode(qc, mt, codes[i]);
+              to = from_float<T>(add ? canonical_nan(to_float(to) + v) : v);
+            }
           }
         }
+        if (streaming)
+          cpu::detail::copy_tile(reinterpret_cast<std::byte*>(region + b0), reinterpret_cast<const std::byte*>(decoded),
+                                 nb * sizeof(T), true);
       }
     });
     if (streaming) cpu::detail::streaming_fence();

@@ -29,9 +29,11 @@ GRADCOMP_HD inline float bits_float(std::uint32_t u) {
 }
 
 namespace detail {
-// c ? x : y as bit operations: compilers keep it branch-free, so loops of it vectorise.
+// c ? x : y as bit operations: compilers keep it branch-free, so loops of it vectorise (in
+// this and/or form GCC emits one blend per select).
 GRADCOMP_HD constexpr std::uint32_t select(bool c, std::uint32_t x, std::uint32_t y) {
-  return y ^ ((x ^ y) & (0u - static_cast<std::uint32_t>(c)));
+  const std::uint32_t m = 0u - static_cast<std::uint32_t>(c);
+  return (x & m) | (y & ~m);
 }
 }  // namespace detail
 

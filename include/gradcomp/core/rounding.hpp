@@ -18,6 +18,12 @@ GRADCOMP_HD inline float round_even(float y) {
   return (y + shift) - shift;
 }
 
+// round_even(y) as an integer: y + 1.5 * 2^23 holds it in its low mantissa bits, so no
+// float-to-int conversion is needed.
+GRADCOMP_HD inline std::int32_t round_even_int(float y) {
+  return static_cast<std::int32_t>(float_bits(y + 12582912.0f) - 0x4b400000u);
+}
+
 // a * b rounded once, never fused into a following addition: on the device __fmul_rn is
 // exempt from FMA contraction whatever --fmad says (host builds use -ffp-contract=off).
 GRADCOMP_HD inline float mul_rn(float a, float b) {

@@ -205,6 +205,19 @@ class packed_stream {
     if (used_ >= flush_bytes) flush();
   }
 
+  // Full-width codes can be produced in place, saving put()'s copy: room<Code>() has space
+  // for max_put codes; put_in_place<Code>(n) appends the first n of them.
+  template <class Code>
+  Code* room() {
+    static_assert(Bits == 8 * sizeof(Code));
+    return reinterpret_cast<Code*>(tile_ + used_);
+  }
+  template <class Code>
+  void put_in_place(std::size_t n) {
+    used_ += n * sizeof(Code);
+    if (used_ >= flush_bytes) flush();
+  }
+
   std::uint32_t finish() {
     if (filled_) tile_[used_++] = static_cast<std::byte>(acc_ & 0xffu);
     acc_ = 0;
@@ -216,7 +229,8 @@ class packed_stream {
 
  private:
   static constexpr std::uint64_t mask = (1ull << Bits) - 1u;
-  static constexpr std::size_t flush_bytes = 8192;
+  // Three CRC32C streams' worth (crc32c() checksums whole rounds of them in parallel).
+  static constexpr std::size_t flush_bytes = 3 * gradcomp::detail::crc32c_stream_bytes;
 
   void put_one(std::uint64_t code) {
     acc_ |= (code & mask) << filled_;

@@ -99,8 +99,8 @@ struct int_block {
     const float t = asymmetric ? x - m.lo : x;
     // The clamp also maps NaN (a poisoned group) to a valid code.
     const float y = clamp_float((t * m.pre) * m.inv, asymmetric ? 0.0f : -levels, levels);
-    const float q = c.round == rounding::stochastic ? round_stochastic(y, random) : round_even(y);
-    return static_cast<code_type>(static_cast<int>(q) + (asymmetric ? 0 : static_cast<int>(levels)));
+    const int q = c.round == rounding::stochastic ? static_cast<int>(round_stochastic(y, random)) : round_even_int(y);
+    return static_cast<code_type>(q + (asymmetric ? 0 : static_cast<int>(levels)));
   }
 
   GRADCOMP_HD static float decode(const config&, const meta& m, code_type code) {
