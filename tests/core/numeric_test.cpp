@@ -7,6 +7,11 @@
 #include <cstring>
 #include <cstdint>
 #include <limits>
+#include <vector>
+
+#if defined(__x86_64__) && defined(__SSE2__)
+#include <xmmintrin.h>
+#endif
 
 using namespace gradcomp;
 
@@ -79,6 +84,25 @@ TEST_CASE("fp16 conversion matches the compiler's _Float16 (IEEE binary16, round
     if (std::isnan(x)) continue;
     REQUIRE(float_bits(x) == float_bits(static_cast<float>(v)));
   }
+}
+#endif
+
+#if defined(__x86_64__) && defined(__SSE2__)
+TEST_CASE("fp16 encoding gives the same bits with flush-to-zero and denormals-are-zero set") {
+  // Its subnormal rounding adds 0.5 in float arithmetic; these modes must not change a bit.
+  std::vector<std::uint16_t> plain;
+  const auto sweep = [](auto&& each) {
+    for (std::uint64_t u = 0; u <= 0xffffffffull; u += 4099) each(bits_float(static_cast<std::uint32_t>(u)));
+    for (std::uint32_t u = 0x33000000u; u <= 0x38800000u; u += 511) each(bits_float(u));  // fp16 subnormals
+  };
+  sweep([&](float x) { plain.push_back(fp16_bits_from_float(x)); });
+  const unsigned saved = _mm_getcsr();
+  _mm_setcsr(saved | 0x8040u);  // FTZ | DAZ
+  std::size_t i = 0, mismatches = 0;
+  sweep([&](float x) { mismatches += fp16_bits_from_float(x) != plain[i++]; });
+  _mm_setcsr(saved);
+  CHECK(i == plain.size());
+  CHECK(mismatches == 0);
 }
 #endif
 

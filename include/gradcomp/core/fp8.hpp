@@ -15,8 +15,10 @@
 // sign, like canonical_nan() in bits.hpp.
 //
 // As in numeric.hpp, every case is computed and one selected, so loops over many values
-// vectorise. Both directions use integer operations only (no float arithmetic that a
-// flush-to-zero or fast-math mode could touch), so host and device produce the same bits.
+// vectorise. Decoding uses integer operations only; encoding rounds subnormal results with
+// one float addition whose operands and result are normal floats wherever the result
+// matters (flush-to-zero and denormals-are-zero modes change no bit: tests run with them
+// set), so host and device produce the same bits.
 
 #include <cstdint>
 
@@ -39,20 +41,13 @@ GRADCOMP_HD inline std::uint32_t small_float_magnitude(std::uint32_t a) {
   // the mantissa moves to the next exponent, as it should.
   const std::uint32_t normal =
       (a - ((127u - B) << 23) + ((1u << (drop - 1u)) - 1u) + ((a >> drop) & 1u)) >> drop;
-  // Subnormal: the code is |x| / 2^(1 - B - M) = significand * 2^(e - (151 - B - M)), rounded to
-  // even (a carry gives the smallest normal code). Only e in [127 - B - M, 127 - B] matters;
-  // the shift is clamped to [1, 31] so other inputs compute harmless values.
-  constexpr std::uint32_t top = 151u - B - M;
-  const std::uint32_t e = a >> 23;
-  const std::uint32_t shift = select(e >= top - 1u, 1u, select(e <= top - 31u, 31u, top - e));
-  const std::uint32_t m = (a & 0x7fffffu) | 0x800000u;
-  const std::uint32_t q = m >> shift;
-  const std::uint32_t rem = m & ((1u << shift) - 1u);
-  const std::uint32_t half = 1u << (shift - 1u);
-  const std::uint32_t up = static_cast<std::uint32_t>(rem > half) | (static_cast<std::uint32_t>(rem == half) & q);
-  const std::uint32_t subnormal = q + (up & 1u);
-  // At most half the smallest subnormal, 2^(-B - M), rounds to zero (the tie goes to even 0).
-  std::uint32_t magnitude = select(a > ((127u - B - M) << 23), subnormal, 0u);
+  // Subnormal: the code is |x| / 2^(1 - B - M) rounded to even (a carry gives the smallest
+  // normal code), read off |x| + C with C = 2^(24 - B - M), whose ulp is that step: the add
+  // rounds (to nearest even, the default mode) and leaves the code in the low bits. A
+  // flush-to-zero mode only touches |x| below 2^-126, which rounds to code 0 either way.
+  static_assert(B + M <= 24);
+  constexpr float c = static_cast<float>(1u << (24u - B - M));
+  const std::uint32_t magnitude = float_bits(bits_float(a) + c) - float_bits(c);
   return select(a >= ((128u - B) << 23), normal, magnitude);  // normal from 2^(1 - B) up
 }
 }  // namespace detail

@@ -33,17 +33,10 @@ GRADCOMP_HD inline std::uint16_t fp16_bits_from_float(float x) {
   const std::uint32_t nan = 0x7e00u | ((a >> 13) & 0x3ffu);
   // Normal fp16: rebias the exponent (127 -> 15) and round the 13 dropped bits to even.
   const std::uint32_t normal = (a - 0x38000000u + 0xfffu + ((a >> 13) & 1u)) >> 13;
-  // Subnormal fp16: the significand / 2^(126 - e) rounded to even (may carry into the
-  // smallest normal). The shift is clamped to [1, 31] so other inputs compute harmless values.
-  const std::uint32_t e = a >> 23;
-  const std::uint32_t shift = select(e >= 125u, 1u, select(e <= 95u, 31u, 126u - e));
-  const std::uint32_t m = (a & 0x7fffffu) | 0x800000u;
-  const std::uint32_t q = m >> shift;
-  const std::uint32_t rem = m & ((1u << shift) - 1u);
-  const std::uint32_t half = 1u << (shift - 1u);
-  const std::uint32_t up = static_cast<std::uint32_t>(rem > half) | (static_cast<std::uint32_t>(rem == half) & q);
-  const std::uint32_t subnormal = q + (up & 1u);
-  std::uint32_t magnitude = select(a > 0x33000000u, subnormal, 0u);  // <= 2^-25 rounds to zero
+  // Subnormal fp16: |x| / 2^-24 rounded to even (may carry into the smallest normal), read
+  // off |x| + 0.5, whose ulp is 2^-24: the add rounds (to nearest even, the default mode) and
+  // leaves the code in the low bits. Flush-to-zero only touches |x| < 2^-126, code 0 anyway.
+  std::uint32_t magnitude = float_bits(bits_float(a) + 0.5f) - 0x3f000000u;
   magnitude = select(a >= 0x38800000u, normal, magnitude);
   magnitude = select(a >= 0x477ff000u, 0x7c00u, magnitude);  // >= 65520 rounds to infinity
   magnitude = select(a > 0x7f800000u, nan, magnitude);
