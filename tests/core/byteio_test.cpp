@@ -45,3 +45,36 @@ TEST_CASE("bit packing round trip for every width") {
   CHECK(out[0] == std::byte{0b00111001});  // LSB first
   CHECK(out[1] == std::byte{0b00000011});
 }
+
+namespace {
+// unpack_codes over every start and length of a 300-code section against pack_bits.
+template <class Code, unsigned Bits>
+void check_unpack_codes() {
+  constexpr std::size_t count = 300;
+  const auto raw = test::random_bytes(4 * count, 7000 + Bits);
+  std::vector<std::uint32_t> codes(count);
+  for (std::size_t i = 0; i < count; ++i)
+    codes[i] = load_le<std::uint32_t>(reinterpret_cast<const std::byte*>(&raw[4 * i])) & ((1u << Bits) - 1u);
+  std::vector<std::byte> packed(packed_bytes(count, Bits));
+  pack_bits(codes, Bits, packed.data());
+  std::vector<Code> got(count + 1);
+  for (std::size_t first = 0; first < 40; ++first) {
+    for (std::size_t n : {std::size_t{0}, std::size_t{1}, std::size_t{5}, std::size_t{8}, std::size_t{63}, count - first}) {
+      got.assign(count + 1, Code{0x5a});
+      unpack_codes<Code, Bits>(packed.data(), first, n, got.data());
+      for (std::size_t i = 0; i < n; ++i) REQUIRE_MESSAGE(got[i] == codes[first + i], "first " << first << " i " << i);
+      CHECK(got[n] == Code{0x5a});  // nothing written past n
+    }
+  }
+}
+}  // namespace
+
+TEST_CASE("unpack_codes equals pack_bits for every start, narrow and odd widths") {
+  check_unpack_codes<std::uint8_t, 1>();
+  check_unpack_codes<std::uint8_t, 2>();
+  check_unpack_codes<std::uint8_t, 3>();
+  check_unpack_codes<std::uint8_t, 4>();
+  check_unpack_codes<std::uint8_t, 8>();
+  check_unpack_codes<std::uint16_t, 9>();
+  check_unpack_codes<std::uint16_t, 12>();
+}

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <cstring>
 #include <span>
+#include <type_traits>
 
 #include "config.hpp"
 
@@ -79,8 +80,37 @@ GRADCOMP_HD inline Code load_code(const std::byte* in, std::size_t i) {
 // codes[i] = code first + i of a packed section, for i < n. Byte-aligned runs of narrow codes
 // are unpacked a byte at a time (a vectorisable loop); odd widths with an 8-byte load each
 // where it stays within the codes asked for; reads stay within packed_bytes(first + n, Bits).
+namespace detail {
+// The codes of each byte of 1- or 2-bit codes, as the bytes of a little-endian word: one table
+// load and one store per byte.
+template <unsigned Bits>
+struct byte_codes_table {
+  using word = std::conditional_t<Bits == 1, std::uint64_t, std::uint32_t>;
+  word codes[256];
+  constexpr byte_codes_table() : codes{} {
+    for (unsigned b = 0; b < 256; ++b)
+      for (unsigned k = 0; k < 8 / Bits; ++k) codes[b] |= word{(b >> (k * Bits)) & ((1u << Bits) - 1u)} << (8 * k);
+  }
+};
+template <unsigned Bits>
+inline constexpr byte_codes_table<Bits> byte_codes{};
+}  // namespace detail
+
 template <class Code, unsigned Bits>
 inline void unpack_codes(const std::byte* in, std::size_t first, std::size_t n, Code* codes) {
+  if constexpr ((Bits == 1 || Bits == 2) && sizeof(Code) == 1) {
+    constexpr std::size_t per_byte = 8 / Bits;
+    if (first % per_byte == 0) {
+      const std::byte* bytes = in + first / per_byte;
+      const std::size_t whole = n / per_byte;
+      for (std::size_t b = 0; b < whole; ++b) {
+        const auto word = detail::byte_codes<Bits>.codes[static_cast<std::uint8_t>(bytes[b])];
+        std::memcpy(codes + b * per_byte, &word, sizeof word);
+      }
+      for (std::size_t i = whole * per_byte; i < n; ++i) codes[i] = load_code<Code, Bits>(in, first + i);
+      return;
+    }
+  }
   if constexpr (Bits < 8 && 8 % Bits == 0) {
     constexpr std::size_t per_byte = 8 / Bits;
     if (first % per_byte == 0) {
