@@ -37,6 +37,16 @@ GRADCOMP_HD constexpr std::uint32_t select(bool c, std::uint32_t x, std::uint32_
 }
 }  // namespace detail
 
+// x as a signed key whose integer order is the order of x (-0 below +0, NaN beyond the
+// infinity of its sign); from_order_key inverts it.
+GRADCOMP_HD inline std::int32_t order_key(float x) {
+  const auto b = static_cast<std::int32_t>(float_bits(x));
+  return b ^ ((b >> 31) & 0x7fffffff);
+}
+GRADCOMP_HD inline float from_order_key(std::int32_t k) {
+  return bits_float(static_cast<std::uint32_t>(k ^ ((k >> 31) & 0x7fffffff)));
+}
+
 // |x| as an unsigned key whose integer order is the order of |x| (NaN above +inf).
 GRADCOMP_HD inline std::uint32_t abs_key(float x) { return float_bits(x) & 0x7fffffffu; }
 

@@ -4,7 +4,7 @@
 //
 //   symmetric  (absmax, ZeRO++):  L = 2^(Bits-1) - 1, s = max|x| / L,
 //              q = round(x / s) in [-L, L], code = q + L,        decoded = q * s
-//   asymmetric (min-max, CGX):    Q = 2^Bits - 1, s = max/Q - min/Q, lo = min,
+//   asymmetric (min-max, CGX):    Q = 2^Bits - 1, s = max/Q - min/Q, lo = min (-0 below +0),
 //              q = round((x - lo) / s) in [0, Q], code = q,      decoded = lo + q * s
 //
 // Rounding (config): nearest, ties to even, with |x - decoded| <= s/2 + 2^-20 max|x| (the
@@ -71,15 +71,16 @@ struct int_block {
   GRADCOMP_HD static meta fit(const config&, const float* x, std::size_t n) {
     meta m;
     if constexpr (asymmetric) {
-      float lo = x[0], hi = x[0];
+      // Smallest and largest x in the order of order_key (integer min and max: they
+      // vectorise); a NaN lands at an end and makes the scale NaN.
+      std::int32_t lo = order_key(x[0]), hi = lo;
       for (std::size_t i = 1; i < n; ++i) {
-        lo = x[i] < lo ? x[i] : lo;
-        hi = x[i] > hi ? x[i] : hi;
+        const std::int32_t k = order_key(x[i]);
+        lo = k < lo ? k : lo;
+        hi = k > hi ? k : hi;
       }
-      // A NaN anywhere must reach the scale (comparisons above skip it).
-      for (std::size_t i = 0; i < n; ++i) hi = abs_key(x[i]) > 0x7f800000u ? x[i] : hi;
-      m.lo = lo;
-      m.scale = hi / levels - lo / levels;  // no overflow for finite lo, hi
+      m.lo = from_order_key(lo);
+      m.scale = from_order_key(hi) / levels - m.lo / levels;  // no overflow for finite lo, hi
     } else {
       m.scale = max_abs(x, n) / levels;
     }
