@@ -26,7 +26,6 @@
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
-#include <functional>
 #include <span>
 
 #include "../core/bits.hpp"
@@ -141,10 +140,23 @@ class threshold_selector {
     for (std::size_t j = 0; j < s_; ++j) count += sample_[j] >= t;
     return count;
   }
-  // The r-th largest sample key, 1 <= r <= s (reorders the sample, which only counts matter).
-  std::uint32_t kth_largest(std::size_t r) {
-    std::nth_element(sample_, sample_ + (r - 1), sample_ + s_, std::greater<>());
-    return sample_[r - 1];
+  // The r-th largest sample key, 1 <= r <= s: a radix select on 11, 11 and 10 bits, three
+  // counting passes over the sample (in cache), exact as nth_element and several times
+  // faster on the 10^5 keys of a 1% sample of 10^7.
+  std::uint32_t kth_largest(std::size_t r) const {
+    std::uint32_t prefix = 0, mask = 0;  // bits of the answer found so far
+    std::size_t rank = r;                // its rank among the keys sharing them
+    for (const unsigned shift : {21u, 10u, 0u}) {
+      const std::uint32_t bins = shift == 0 ? 1024u : 2048u;
+      std::uint32_t counts[2048] = {};
+      for (std::size_t j = 0; j < s_; ++j)
+        counts[(sample_[j] >> shift) & (bins - 1)] += (sample_[j] & mask) == prefix;
+      std::uint32_t b = bins - 1;
+      for (; rank > counts[b]; --b) rank -= counts[b];
+      prefix |= b << shift;
+      mask |= (bins - 1) << shift;
+    }
+    return prefix;
   }
   std::size_t clamp_rank(double r) const {
     return r <= 1.0 ? 1 : r >= static_cast<double>(s_) ? s_ : static_cast<std::size_t>(r);
