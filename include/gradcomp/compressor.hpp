@@ -753,10 +753,10 @@ class compressor {
       const auto decode_all = [&](auto value_of) GRADCOMP_LOOP_BODY {
         for (std::size_t b0 = 0; b0 < h.kept_count; b0 += batch) {
           const std::size_t nb = std::min<std::size_t>(batch, h.kept_count - b0);
-          unpack_codes<code_type, code_bits>(values, b0, nb, codes);
           if constexpr (!Sparsifier::is_dense) sparse_indices.next(b0, nb, where);
           for (std::size_t i0 = 0; i0 < nb; i0 += block) {
             const std::size_t i1 = std::min(nb, i0 + block);
+            unpack_codes<code_type, code_bits>(values, b0 + i0, i1 - i0, codes + i0);
             const meta_type mt = gs ? group_meta(h, f, (b0 + i0) / gs) : meta_type{};
             if constexpr (Sparsifier::is_dense) {
               T* to = region + b0;
