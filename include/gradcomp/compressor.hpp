@@ -761,11 +761,12 @@ class compressor {
             if constexpr (Sparsifier::is_dense) {
               T* to = region + b0;
               if (add) {
-                for (std::size_t i = i0; i < i1; ++i) to[i] = from_float<T>(canonical_nan(to_float(to[i]) + value_of(mt, codes[i])));
+                for (std::size_t i = i0; i < i1; ++i)
+                  to[i] = from_float<T>(canonical_nan(to_float(to[i]) + value_of(mt, codes[i])));
               } else if (streaming) {  // (a group at a time: stores interleaved with the decoding)
                 for (std::size_t i = i0; i < i1; ++i) decoded[i] = from_float<T>(value_of(mt, codes[i]));
-                cpu::detail::copy_tile(reinterpret_cast<std::byte*>(to + i0), reinterpret_cast<const std::byte*>(decoded + i0),
-                                       (i1 - i0) * sizeof(T), true);
+                cpu::detail::copy_tile(reinterpret_cast<std::byte*>(to + i0),
+                                       reinterpret_cast<const std::byte*>(decoded + i0), (i1 - i0) * sizeof(T), true);
               } else {
                 for (std::size_t i = i0; i < i1; ++i) to[i] = from_float<T>(value_of(mt, codes[i]));
               }
@@ -783,7 +784,8 @@ class compressor {
         }
       };
       if (tabled && gs == 0) {
-        for (std::uint32_t c = 0; c < table_size; ++c) table[c] = Quantizer::decode(qc, meta_type{}, static_cast<code_type>(c));
+        for (std::uint32_t c = 0; c < table_size; ++c)
+          table[c] = Quantizer::decode(qc, meta_type{}, static_cast<code_type>(c));
         decode_all([&](const meta_type&, code_type c) { return table[c & (table_size - 1u)]; });
       } else {
         decode_all([&](const meta_type& mt, code_type c) { return Quantizer::decode(qc, mt, c); });

@@ -77,9 +77,6 @@ GRADCOMP_HD inline Code load_code(const std::byte* in, std::size_t i) {
   }
 }
 
-// codes[i] = code first + i of a packed section, for i < n. Byte-aligned runs of narrow codes
-// are unpacked a byte at a time (a vectorisable loop); odd widths with an 8-byte load each
-// where it stays within the codes asked for; reads stay within packed_bytes(first + n, Bits).
 namespace detail {
 // The codes of each byte of 1- or 2-bit codes, as the bytes of a little-endian word: one table
 // load and one store per byte.
@@ -96,6 +93,10 @@ template <unsigned Bits>
 inline constexpr byte_codes_table<Bits> byte_codes{};
 }  // namespace detail
 
+// codes[i] = code first + i of a packed section, for i < n. Byte-aligned runs of 1- and 2-bit
+// codes go through byte_codes, other narrow codes a byte at a time (a vectorisable loop); odd
+// widths with an 8-byte load each where it stays within the codes asked for; reads stay
+// within packed_bytes(first + n, Bits).
 template <class Code, unsigned Bits>
 inline void unpack_codes(const std::byte* in, std::size_t first, std::size_t n, Code* codes) {
   if constexpr ((Bits == 1 || Bits == 2) && sizeof(Code) == 1) {

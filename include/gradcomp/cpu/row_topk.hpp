@@ -57,7 +57,7 @@ class row_topk_selector {
   // best[0..k) holds the k largest words so far, descending.
   template <class ScanKey>
   std::size_t small_row(ScanKey& scan_key, std::size_t row, std::size_t len, std::size_t k, std::uint32_t* out) {
-    std::uint64_t best[small_k] = {};  // (k >= 1 here; zeroed so no compiler sees a read of uninitialised words)
+    std::uint64_t best[small_k] = {};  // (k >= 1 here; zeroed so no compiler warns of a read)
     std::size_t j = 0;
     for (; j < k; ++j) {  // k < len here
       const std::uint64_t w = word(scan_key(row + j), j);
