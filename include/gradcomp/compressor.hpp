@@ -522,16 +522,14 @@ class compressor {
       std::byte* meta = f + h.meta_offset();
       alignas(64) float xs[max_group_size];
       alignas(64) float decoded[max_group_size];
-      alignas(64) code_type codes[max_group_size];
       alignas(64) std::uint32_t random[max_group_size + 64];
       meta_type metas[batch_groups(1)];
-      cpu::packed_stream<code_bits> writer(f + h.value_offset(), streaming);
-      constexpr bool in_place = code_bits == 8 * sizeof(code_type);  // codes go straight to the writer
+      cpu::packed_stream<code_type, code_bits> writer(f + h.value_offset(), streaming);
+      static_assert(decltype(writer)::max_put >= max_group_size, "a batch must fit the writer's room");
       for (std::size_t m0 = 0; m0 < h.kept_count; m0 += batch) {
         const std::size_t n = std::min<std::size_t>(batch, h.kept_count - m0);
         const std::size_t groups = (n + block - 1) / block;
-        code_type* out = codes;
-        if constexpr (in_place) out = writer.template room<code_type>();
+        code_type* const out = writer.room();
         const float* const x = load(m0, n, xs);
         if (gs) {
           const std::size_t first = gs ? m0 / gs : 0;  // (a ?: keeps nvcc from flagging / 0 for casts)
@@ -553,11 +551,7 @@ class compressor {
             for (std::size_t i = i0; i < i1; ++i) decoded[i] = Quantizer::decode(qc, mt, out[i]);
         }
         if constexpr (Feedback::has_state) keep(m0, n, x, decoded);
-        if constexpr (in_place) {
-          writer.template put_in_place<code_type>(n);
-        } else {
-          writer.put(codes, n);
-        }
+        writer.commit(n);
       }
       // body = [meta, indices, their padding] then [values, padding]
       const std::size_t prefix = h.value_offset() - frame::header_bytes, end = h.value_offset() + h.value_bytes;

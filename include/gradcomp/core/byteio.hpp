@@ -99,27 +99,20 @@ inline constexpr byte_codes_table<Bits> byte_codes{};
 // within packed_bytes(first + n, Bits).
 template <class Code, unsigned Bits>
 inline void unpack_codes(const std::byte* in, std::size_t first, std::size_t n, Code* codes) {
-  if constexpr ((Bits == 1 || Bits == 2) && sizeof(Code) == 1) {
-    constexpr std::size_t per_byte = 8 / Bits;
-    if (first % per_byte == 0) {
-      const std::byte* bytes = in + first / per_byte;
-      const std::size_t whole = n / per_byte;
-      for (std::size_t b = 0; b < whole; ++b) {
-        const auto word = detail::byte_codes<Bits>.codes[static_cast<std::uint8_t>(bytes[b])];
-        std::memcpy(codes + b * per_byte, &word, sizeof word);
-      }
-      for (std::size_t i = whole * per_byte; i < n; ++i) codes[i] = load_code<Code, Bits>(in, first + i);
-      return;
-    }
-  }
   if constexpr (Bits < 8 && 8 % Bits == 0) {
     constexpr std::size_t per_byte = 8 / Bits;
     if (first % per_byte == 0) {
       const std::byte* bytes = in + first / per_byte;
       const std::size_t whole = n / per_byte;
-      for (std::size_t b = 0; b < whole; ++b)
-        for (std::size_t k = 0; k < per_byte; ++k)
-          codes[b * per_byte + k] = static_cast<Code>((static_cast<unsigned>(bytes[b]) >> (k * Bits)) & ((1u << Bits) - 1u));
+      for (std::size_t b = 0; b < whole; ++b) {
+        if constexpr (Bits <= 2 && sizeof(Code) == 1) {  // a byte's 4 or 8 codes in one store
+          const auto word = detail::byte_codes<Bits>.codes[static_cast<std::uint8_t>(bytes[b])];
+          std::memcpy(codes + b * per_byte, &word, sizeof word);
+        } else {
+          for (std::size_t k = 0; k < per_byte; ++k)
+            codes[b * per_byte + k] = static_cast<Code>((static_cast<unsigned>(bytes[b]) >> (k * Bits)) & ((1u << Bits) - 1u));
+        }
+      }
       for (std::size_t i = whole * per_byte; i < n; ++i) codes[i] = load_code<Code, Bits>(in, first + i);
       return;
     }

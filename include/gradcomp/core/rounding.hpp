@@ -12,16 +12,16 @@
 
 namespace gradcomp {
 
-// y rounded to the nearest integer, ties to even: adding 1.5 * 2^23 leaves no fraction bits.
-GRADCOMP_HD inline float round_even(float y) {
-  constexpr float shift = 12582912.0f;
-  return (y + shift) - shift;
-}
+// 1.5 * 2^23: adding it to |y| < 2^22 leaves no fraction bits, and the sum's low mantissa
+// bits hold the rounded integer (two's complement, offset from the constant's bits).
+inline constexpr float round_shift = 12582912.0f;
 
-// round_even(y) as an integer: y + 1.5 * 2^23 holds it in its low mantissa bits, so no
-// float-to-int conversion is needed.
+// y rounded to the nearest integer, ties to even.
+GRADCOMP_HD inline float round_even(float y) { return (y + round_shift) - round_shift; }
+
+// round_even(y) as an integer, read off the sum's bits: no float-to-int conversion.
 GRADCOMP_HD inline std::int32_t round_even_int(float y) {
-  return static_cast<std::int32_t>(float_bits(y + 12582912.0f) - 0x4b400000u);
+  return static_cast<std::int32_t>(float_bits(y + round_shift) - float_bits(round_shift));
 }
 
 // a * b rounded once, never fused into a following addition: on the device __fmul_rn is

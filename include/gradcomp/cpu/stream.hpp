@@ -157,25 +157,55 @@ std::uint32_t write_codes(std::size_t count, CodeAt&& code, std::byte* out, std:
 }
 
 // Writes a stream of Bits-bit codes packed as by pack_bits, appended a block at a time
-// (blocks need not end on a byte boundary): packed into a local tile, whose CRC32C is taken
-// while it is hot, then copied out (non-temporal stores if `streaming`). finish() writes the
+// (blocks need not end on a byte boundary): the caller writes up to max_put codes at room()
+// and appends the first n with commit(n). Full-width codes are written straight into the
+// tile; narrower ones are staged and packed into it. The tile's CRC32C is taken while it is
+// hot, then the tile is copied out (non-temporal stores if `streaming`). finish() writes the
 // last partial byte and returns the CRC32C of all bytes written.
-template <unsigned Bits>
+template <class Code, unsigned Bits>
 class packed_stream {
+  static_assert(Bits >= 1 && Bits <= 8 * sizeof(Code));
+  static constexpr bool full_width = Bits == 8 * sizeof(Code);
+
  public:
-  static constexpr std::size_t max_put = 4096;  // codes per put()
+  static constexpr std::size_t max_put = 4096;  // codes per commit()
 
   packed_stream(std::byte* out, bool streaming) : out_(out), streaming_(streaming) {}
 
-  template <class Code>
-  void put(const Code* codes, std::size_t n) {
-    static_assert(Bits >= 1 && Bits <= 8 * sizeof(Code));
-    std::size_t i = 0;
-    if constexpr (Bits == 8 * sizeof(Code)) {
-      std::memcpy(tile_ + used_, codes, n * sizeof(Code));
+  Code* room() {
+    if constexpr (full_width) {
+      return reinterpret_cast<Code*>(tile_ + used_);
+    } else {
+      return stage_;
+    }
+  }
+
+  void commit(std::size_t n) {
+    if constexpr (full_width) {
       used_ += n * sizeof(Code);
-      i = n;
-    } else if constexpr (8 % Bits == 0) {
+    } else {
+      pack(stage_, n);
+    }
+    if (used_ >= flush_bytes) flush();
+  }
+
+  std::uint32_t finish() {
+    if (filled_) tile_[used_++] = static_cast<std::byte>(acc_ & 0xffu);
+    acc_ = 0;
+    filled_ = 0;
+    flush();
+    if (streaming_) detail::streaming_fence();
+    return crc_;
+  }
+
+ private:
+  static constexpr std::uint64_t mask = (1ull << Bits) - 1u;
+  // Three CRC32C streams' worth (crc32c() checksums whole rounds of them in parallel).
+  static constexpr std::size_t flush_bytes = 3 * gradcomp::detail::crc32c_stream_bytes;
+
+  void pack(const Code* codes, std::size_t n) {
+    std::size_t i = 0;
+    if constexpr (8 % Bits == 0) {
       constexpr std::size_t per_byte = 8 / Bits;
       for (; filled_ != 0 && i < n; ++i) put_one(codes[i]);
       const std::size_t whole = (n - i) / per_byte;
@@ -202,35 +232,7 @@ class packed_stream {
       }
     }
     for (; i < n; ++i) put_one(codes[i]);
-    if (used_ >= flush_bytes) flush();
   }
-
-  // Full-width codes can be produced in place, saving put()'s copy: room<Code>() has space
-  // for max_put codes; put_in_place<Code>(n) appends the first n of them.
-  template <class Code>
-  Code* room() {
-    static_assert(Bits == 8 * sizeof(Code));
-    return reinterpret_cast<Code*>(tile_ + used_);
-  }
-  template <class Code>
-  void put_in_place(std::size_t n) {
-    used_ += n * sizeof(Code);
-    if (used_ >= flush_bytes) flush();
-  }
-
-  std::uint32_t finish() {
-    if (filled_) tile_[used_++] = static_cast<std::byte>(acc_ & 0xffu);
-    acc_ = 0;
-    filled_ = 0;
-    flush();
-    if (streaming_) detail::streaming_fence();
-    return crc_;
-  }
-
- private:
-  static constexpr std::uint64_t mask = (1ull << Bits) - 1u;
-  // Three CRC32C streams' worth (crc32c() checksums whole rounds of them in parallel).
-  static constexpr std::size_t flush_bytes = 3 * gradcomp::detail::crc32c_stream_bytes;
 
   void put_one(std::uint64_t code) {
     acc_ |= (code & mask) << filled_;
@@ -249,7 +251,8 @@ class packed_stream {
     used_ = 0;
   }
 
-  alignas(64) std::byte tile_[flush_bytes + max_put * 4 + 8];
+  alignas(64) std::byte tile_[flush_bytes + max_put * sizeof(Code) + 8];
+  alignas(64) Code stage_[full_width ? 1 : max_put];
   std::size_t used_ = 0;
   std::uint64_t acc_ = 0;
   unsigned filled_ = 0;
