@@ -30,6 +30,7 @@
 #include "core/rounding.hpp"
 #include "core/status.hpp"
 #include "cpu/dispatch.hpp"
+#include "cpu/prefetch.hpp"
 #include "cpu/row_topk.hpp"
 #include "cpu/stream.hpp"
 #include "cpu/threshold_select.hpp"
@@ -479,6 +480,10 @@ class compressor {
     const auto& qc = cfg_.quantize;
     const auto& fc = cfg_.feedback;
     constexpr meta_type none{};
+    const auto ahead = [&](std::size_t j, std::size_t n) {
+      cpu::prefetch(g + j, n);
+      if constexpr (Feedback::has_state) cpu::prefetch(e + j, n);
+    };
     if constexpr (Feedback::has_state) {
       return cpu::write_codes<code_type>(
           count,
@@ -488,10 +493,11 @@ class compressor {
             e[j] = Feedback::remainder(fc, x, Quantizer::decode(qc, none, c));
             return c;
           },
-          values, 0, streaming);
+          values, 0, streaming, ahead);
     } else {
       return cpu::write_codes<code_type>(
-          count, [&](std::size_t j) { return Quantizer::encode(qc, none, to_float(g[j]), 0); }, values, 0, streaming);
+          count, [&](std::size_t j) { return Quantizer::encode(qc, none, to_float(g[j]), 0); }, values, 0, streaming,
+          ahead);
     }
   }
 
@@ -754,6 +760,10 @@ class compressor {
             const meta_type mt = gs ? group_meta(h, f, (b0 + i0) / gs) : meta_type{};
             if constexpr (Sparsifier::is_dense) {
               T* to = region + b0;
+              if (const std::size_t later = b0 + i0 + cpu::prefetch_values_ahead; later + (i1 - i0) <= h.kept_count) {
+                cpu::prefetch(values + later * code_bits / 8, (i1 - i0) * code_bits / 8);
+                if (add) cpu::prefetch(region + later, i1 - i0);
+              }
               if (add) {
                 for (std::size_t i = i0; i < i1; ++i)
                   to[i] = from_float<T>(canonical_nan(to_float(to[i]) + value_of(mt, codes[i])));

@@ -89,14 +89,19 @@ __attribute__((target("sse4.2"))) inline std::uint32_t crc32c_update_sse42(std::
   constexpr std::size_t L = crc32c_stream_bytes;
   while (n >= 3 * L) {  // three streams over adjacent L-byte pieces, joined by shifting
     std::uint64_t a = crc, b = 0, c = 0;
-    for (std::size_t i = 0; i < L; i += 8) {
-      std::uint64_t wa, wb, wc;
-      std::memcpy(&wa, p + i, 8);
-      std::memcpy(&wb, p + L + i, 8);
-      std::memcpy(&wc, p + 2 * L + i, 8);
-      a = _mm_crc32_u64(a, wa);
-      b = _mm_crc32_u64(b, wb);
-      c = _mm_crc32_u64(c, wc);
+    const bool more = n >= 6 * L;  // the next round's lines are asked for during this one
+    for (std::size_t i = 0; i < L; i += 64) {
+      if (more)
+        for (std::size_t s = 3; s < 6; ++s) GRADCOMP_PREFETCH(p + s * L + i);
+      for (std::size_t k = i; k < i + 64; k += 8) {
+        std::uint64_t wa, wb, wc;
+        std::memcpy(&wa, p + k, 8);
+        std::memcpy(&wb, p + L + k, 8);
+        std::memcpy(&wc, p + 2 * L + k, 8);
+        a = _mm_crc32_u64(a, wa);
+        b = _mm_crc32_u64(b, wb);
+        c = _mm_crc32_u64(c, wc);
+      }
     }
     crc = crc32c_mulmod(static_cast<std::uint32_t>(a), crc32c_shift_2) ^
           crc32c_mulmod(static_cast<std::uint32_t>(b), crc32c_shift_1) ^ static_cast<std::uint32_t>(c);
