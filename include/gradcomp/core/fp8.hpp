@@ -66,14 +66,13 @@ GRADCOMP_HD inline std::uint8_t fp8_e4m3_bits_from_float(float x) {
 GRADCOMP_HD inline float float_from_fp8_e4m3_bits(std::uint8_t c) {
   using detail::select;
   const std::uint32_t sign = (static_cast<std::uint32_t>(c) & 0x80u) << 24;
-  const std::uint32_t e = (c >> 3) & 0xfu;
-  const std::uint32_t m = c & 0x7u;
-  // Subnormal m * 2^-9 as a normal float: 2^p is m's leading bit, the bits below it the mantissa.
-  const std::uint32_t p = static_cast<std::uint32_t>(m >= 2u) + static_cast<std::uint32_t>(m >= 4u);
-  const std::uint32_t subnormal = select(m == 0u, 0u, ((118u + p) << 23) | ((m << (23u - p)) & 0x7fffffu));
-  const std::uint32_t normal = ((e + 120u) << 23) | (m << 20);
-  const std::uint32_t value = sign | select(e == 0u, subnormal, normal);
-  return bits_float(select((c & 0x7fu) == 0x7fu, 0x7fc00000u, value));
+  const std::uint32_t a = c & 0x7fu;
+  // Normal codes: the exponent rebiased (7 -> 127) by one add. Subnormal codes (a < 8) are
+  // a * 2^-9: an integer conversion and a product, both exact and normal (FTZ/DAZ-proof).
+  const std::uint32_t normal = (a << 20) + (120u << 23);
+  const std::uint32_t subnormal = float_bits(static_cast<float>(static_cast<std::int32_t>(a)) * 0x1p-9f);
+  const std::uint32_t value = sign | select(a < 8u, subnormal, normal);
+  return bits_float(select(a == 0x7fu, 0x7fc00000u, value));
 }
 
 GRADCOMP_HD inline std::uint8_t fp8_e5m2_bits_from_float(float x) {
@@ -90,13 +89,12 @@ GRADCOMP_HD inline std::uint8_t fp8_e5m2_bits_from_float(float x) {
 GRADCOMP_HD inline float float_from_fp8_e5m2_bits(std::uint8_t c) {
   using detail::select;
   const std::uint32_t sign = (static_cast<std::uint32_t>(c) & 0x80u) << 24;
-  const std::uint32_t e = (c >> 2) & 0x1fu;
-  const std::uint32_t m = c & 0x3u;
-  const std::uint32_t p = static_cast<std::uint32_t>(m >= 2u);  // subnormal m * 2^-16, as for E4M3
-  const std::uint32_t subnormal = select(m == 0u, 0u, ((111u + p) << 23) | ((m << (23u - p)) & 0x7fffffu));
-  const std::uint32_t normal = ((e + 112u) << 23) | (m << 21);
-  const std::uint32_t special = select(m == 0u, sign | 0x7f800000u, 0x7fc00000u);  // inf or NaN
-  return bits_float(select(e == 0x1fu, special, sign | select(e == 0u, subnormal, normal)));
+  const std::uint32_t a = c & 0x7fu;
+  const std::uint32_t normal = (a << 21) + (112u << 23);  // as for E4M3: rebias 15 -> 127
+  const std::uint32_t subnormal = float_bits(static_cast<float>(static_cast<std::int32_t>(a)) * 0x1p-16f);
+  std::uint32_t value = sign | select(a < 4u, subnormal, normal);
+  value = select(a == 0x7cu, sign | 0x7f800000u, value);  // infinity
+  return bits_float(select(a > 0x7cu, 0x7fc00000u, value));
 }
 
 }  // namespace gradcomp
