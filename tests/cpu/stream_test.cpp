@@ -1,6 +1,6 @@
 // cpu::write_codes writes every code once, in order, with the CRC32C of what it wrote, for
-// every alignment of the output (the x86 path stores aligned 32-byte blocks after a head
-// written the plain way), and its prefetch hook only names codes still to come.
+// every alignment of the output (the x86 pipelined path takes 8-byte aligned outputs, the
+// plain path the others and the tail), and its prefetch hook only names codes still to come.
 #include <gradcomp/cpu/stream.hpp>
 
 #include <doctest/doctest.h>

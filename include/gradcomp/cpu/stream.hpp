@@ -66,27 +66,26 @@ inline void streaming_fence() {
 // crc32c_combine's algebra.
 inline constexpr std::size_t pipelined_stream_bytes = code_tile_bytes / 4;
 
-// Block blk of the previous tile: 8 bytes into each CRC stream, 32 bytes stored (one aligned
-// 32-byte non-temporal store when streaming: out is 32-byte aligned then).
+// Block blk of the previous tile: 8 bytes into each CRC stream, 32 bytes stored.
 template <bool Streaming>
 __attribute__((target("avx2,sse4.2"), always_inline)) inline void finish_block(std::uint64_t (&crcs)[4],
                                                                               const unsigned char* tile_bytes,
-                                                                              std::byte* out, std::size_t blk) {
+                                                                              long long* out, std::size_t blk) {
   for (std::size_t s = 0; s < 4; ++s)
     crcs[s] = _mm_crc32_u64(crcs[s], load_le<std::uint64_t>(reinterpret_cast<const std::byte*>(
                                          tile_bytes + s * pipelined_stream_bytes + 8 * blk)));
   if constexpr (Streaming) {
-    _mm256_stream_si256(reinterpret_cast<__m256i*>(out + 32 * blk),
-                        _mm256_load_si256(reinterpret_cast<const __m256i*>(tile_bytes + 32 * blk)));
+    for (std::size_t q = 0; q < 4; ++q)
+      _mm_stream_si64(out + 4 * blk + q, load_le<long long>(reinterpret_cast<const std::byte*>(tile_bytes + 32 * blk + 8 * q)));
   } else {
-    std::memcpy(out + 32 * blk, tile_bytes + 32 * blk, 32);
+    std::memcpy(out + 4 * blk, tile_bytes + 32 * blk, 32);
   }
 }
 
 template <class Code, bool Streaming, class CodeAt, class Prefetch>
-__attribute__((target("avx2,sse4.2"))) std::uint32_t write_codes_pipelined(std::size_t tiles, std::size_t start,
-                                                                             CodeAt& code, Prefetch& ahead,
-                                                                             std::byte* out, std::uint32_t crc) {
+__attribute__((target("avx2,sse4.2"))) std::uint32_t write_codes_pipelined(std::size_t tiles, CodeAt& code,
+                                                                             Prefetch& ahead, std::byte* out,
+                                                                             std::uint32_t crc) {
   // Per block: 32 codes encoded (a loop long enough to vectorise with any code size) and
   // 32 * sizeof(Code) bytes of the previous tile finished, 32 bytes at a time.
   constexpr std::size_t tile_bytes = code_tile_bytes, stream = pipelined_stream_bytes, block = 32;
@@ -95,14 +94,14 @@ __attribute__((target("avx2,sse4.2"))) std::uint32_t write_codes_pipelined(std::
   constexpr std::uint32_t shift2 = gradcomp::detail::crc32c_x_pow_8n(2 * stream);
   constexpr std::uint32_t shift3 = gradcomp::detail::crc32c_x_pow_8n(3 * stream);
   alignas(64) Code buffers[2][tile];
-  const std::size_t end = start + tiles * tile;
+  const std::size_t end = tiles * tile;
   std::uint32_t reg = ~crc;
   for (std::size_t t = 0; t <= tiles; ++t) {
     Code* current = buffers[t & 1];
     const auto* previous = reinterpret_cast<const unsigned char*>(buffers[(t + 1) & 1]);
-    std::byte* previous_out = out + (t > 0 ? t - 1 : 0) * tile_bytes;
+    auto* previous_out = reinterpret_cast<long long*>(out + (t > 0 ? t - 1 : 0) * tile_bytes);
     std::uint64_t crcs[4] = {reg, 0, 0, 0};
-    const std::size_t blocks = t < tiles ? tile / block : 0, first = start + t * tile;
+    const std::size_t blocks = t < tiles ? tile / block : 0, first = t * tile;
     for (std::size_t blk = 0; blk < blocks; ++blk) {  // encode tile t, finish tile t - 1
       if (const std::size_t later = first + blk * block + prefetch_values_ahead; later + block <= end) ahead(later, block);
       for (std::size_t j = 0; j < block; ++j) current[blk * block + j] = code(first + blk * block + j);
@@ -130,45 +129,37 @@ inline bool cpu_has_pipelined_store() {
 // Writes code(j) for j in [0, count) as little-endian Code values to out and returns the
 // CRC32C of the written bytes continued from `crc`. code(j) is called once per j, in order.
 // `streaming`: use non-temporal stores (for outputs larger than the last-level cache).
-// ahead(j, n), if given, is told that code(j) .. code(j + n - 1) will be called soon (about
-// prefetch_values_ahead later), so it can prefetch what they read; j + n <= count.
+// ahead(j, n) may be called (by the x86 pipelined path) to say that code(j) .. code(j + n - 1)
+// will be called about prefetch_values_ahead codes later, so it can prefetch what they read;
+// j + n <= count.
 template <class Code, class CodeAt, class Prefetch = no_prefetch>
 std::uint32_t write_codes(std::size_t count, CodeAt&& code, std::byte* out, std::uint32_t crc, bool streaming,
                           Prefetch&& ahead = {}) {
   constexpr std::size_t tile_bytes = code_tile_bytes;
   constexpr std::size_t tile = tile_bytes / sizeof(Code);
-  alignas(64) Code buffer[tile];
-  const auto write_tiles = [&](std::size_t from, std::size_t to) {
-    run_best([&]() GRADCOMP_LOOP_BODY {
-      for (std::size_t i0 = from; i0 < to; i0 += tile) {
-        const std::size_t m = std::min(tile, to - i0);
-        if (m == tile) {
-          for (std::size_t j = 0; j < tile; ++j) buffer[j] = code(i0 + j);
-        } else {
-          for (std::size_t j = 0; j < m; ++j) buffer[j] = code(i0 + j);
-        }
-        const auto bytes = std::as_bytes(std::span(buffer, m));
-        crc = crc32c(bytes, crc);
-        detail::copy_tile(out + i0 * sizeof(Code), bytes.data(), bytes.size(), streaming);
-      }
-    });
-  };
   std::size_t done = 0;
 #if GRADCOMP_CPU_DISPATCH
-  // The pipelined loop stores whole aligned 32-byte blocks: the codes before the first
-  // 32-byte boundary of out go through the plain path.
-  const std::size_t misaligned = reinterpret_cast<std::uintptr_t>(out) % 32;
-  const std::size_t head = misaligned == 0 ? 0 : (32 - misaligned) / sizeof(Code);
-  if (count >= head + tile && misaligned % sizeof(Code) == 0 && cpu_has_pipelined_store() &&
-      avx2_allowed().load(std::memory_order_relaxed)) {
-    write_tiles(0, head);
-    const std::size_t tiles = (count - head) / tile;
-    crc = streaming ? write_codes_pipelined<Code, true>(tiles, head, code, ahead, out + head * sizeof(Code), crc)
-                    : write_codes_pipelined<Code, false>(tiles, head, code, ahead, out + head * sizeof(Code), crc);
-    done = head + tiles * tile;
+  if (count >= tile && cpu_has_pipelined_store() && avx2_allowed().load(std::memory_order_relaxed) &&
+      reinterpret_cast<std::uintptr_t>(out) % 8 == 0) {
+    crc = streaming ? write_codes_pipelined<Code, true>(count / tile, code, ahead, out, crc)
+                    : write_codes_pipelined<Code, false>(count / tile, code, ahead, out, crc);
+    done = count / tile * tile;
   }
 #endif
-  write_tiles(done, count);
+  alignas(64) Code buffer[tile];
+  run_best([&]() GRADCOMP_LOOP_BODY {
+    for (std::size_t i0 = done; i0 < count; i0 += tile) {
+      const std::size_t m = std::min(tile, count - i0);
+      if (m == tile) {
+        for (std::size_t j = 0; j < tile; ++j) buffer[j] = code(i0 + j);
+      } else {
+        for (std::size_t j = 0; j < m; ++j) buffer[j] = code(i0 + j);
+      }
+      const auto bytes = std::as_bytes(std::span(buffer, m));
+      crc = crc32c(bytes, crc);
+      detail::copy_tile(out + i0 * sizeof(Code), bytes.data(), bytes.size(), streaming);
+    }
+  });
   if (streaming) detail::streaming_fence();
   return crc;
 }
