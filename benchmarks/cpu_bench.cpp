@@ -443,6 +443,16 @@ void add_quantizer(const std::string& name, const typename Q::config& qc) {
   add("accumulate/" + name + sz, [c](benchmark::State& s) { bm_accumulate<C>(s, n, c, true); });
 }
 
+// Small chunks (16 KiB of fp32, 4096 values: a bias or norm tensor sent on its own) over 1e6
+// values: each chunk is smaller than one code tile, so the casts run their plain loop.
+template <class Q>
+void add_small_chunks(const std::string& name) {
+  using C = gc::compressor<gc::partition::chunks, gc::sparsify::dense, Q, gc::feedback::none>;
+  const C c({.partition = {.chunk_bytes = 16384}});
+  constexpr std::size_t n = 1000000;
+  add("compress/" + name + "/chunks:16KiB/n:1e6", [c](benchmark::State& s) { bm_compress<C>(s, n, c); });
+}
+
 // Every quantizer, default group sizes; stochastic ones draw Philox numbers per value.
 void register_quantizers() {
   using namespace gc::quantize;
@@ -459,6 +469,9 @@ void register_quantizers() {
   add_quantizer<terngrad>("terngrad", {});
   add_quantizer<sign>("sign", {});
   add_quantizer<piecewise<4>>("piecewise4", {});
+  add_small_chunks<bf16>("bf16");
+  add_small_chunks<fp8_e4m3>("fp8_e4m3");
+  add_small_chunks<int_block<8>>("int8");
 }
 
 void register_sparsifiers() {

@@ -477,8 +477,10 @@ class compressor {
   // Returns the CRC32C of the value bytes written.
   template <class T>
   std::uint32_t encode_cast(const T* g, float* e, std::size_t count, std::byte* values, bool streaming) const {
-    const auto& qc = cfg_.quantize;
-    const auto& fc = cfg_.feedback;
+    // The code lambdas capture copies: byte-sized code stores might alias a referenced config,
+    // and GCC then runs the scalar version of the vectorised loop (8x slower for fp8).
+    const auto qc = cfg_.quantize;
+    const auto fc = cfg_.feedback;
     constexpr meta_type none{};
     const auto ahead = [&](std::size_t j, std::size_t n) {
       cpu::prefetch(g + j, n);
@@ -487,7 +489,7 @@ class compressor {
     if constexpr (Feedback::has_state) {
       return cpu::write_codes<code_type>(
           count,
-          [&](std::size_t j) {
+          [qc, fc, none, g, e](std::size_t j) {
             const float x = Feedback::combine(fc, to_float(g[j]), e[j]);
             const code_type c = Quantizer::encode(qc, none, x, 0);
             e[j] = Feedback::remainder(fc, x, Quantizer::decode(qc, none, c));
@@ -496,8 +498,8 @@ class compressor {
           values, 0, streaming, ahead);
     } else {
       return cpu::write_codes<code_type>(
-          count, [&](std::size_t j) { return Quantizer::encode(qc, none, to_float(g[j]), 0); }, values, 0, streaming,
-          ahead);
+          count, [qc, none, g](std::size_t j) { return Quantizer::encode(qc, none, to_float(g[j]), 0); }, values, 0,
+          streaming, ahead);
     }
   }
 

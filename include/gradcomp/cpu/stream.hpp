@@ -127,14 +127,15 @@ inline bool cpu_has_pipelined_store() {
 #endif
 
 // Writes code(j) for j in [0, count) as little-endian Code values to out and returns the
-// CRC32C of the written bytes continued from `crc`. code(j) is called once per j, in order.
+// CRC32C of the written bytes continued from `crc`. code(j) is called once per j, in order
+// (code may be copied: give it captures by value, so byte stores cannot alias them).
 // `streaming`: use non-temporal stores (for outputs larger than the last-level cache).
 // ahead(j, n) may be called (by the x86 pipelined path) to say that code(j) .. code(j + n - 1)
 // will be called about prefetch_values_ahead codes later, so it can prefetch what they read;
 // j + n <= count.
 template <class Code, class CodeAt, class Prefetch = no_prefetch>
 std::uint32_t write_codes(std::size_t count, CodeAt&& code, std::byte* out, std::uint32_t crc, bool streaming,
-                          Prefetch&& ahead = {}) {
+                          [[maybe_unused]] Prefetch&& ahead = {}) {
   constexpr std::size_t tile_bytes = code_tile_bytes;
   constexpr std::size_t tile = tile_bytes / sizeof(Code);
   std::size_t done = 0;
@@ -146,15 +147,14 @@ std::uint32_t write_codes(std::size_t count, CodeAt&& code, std::byte* out, std:
     done = count / tile * tile;
   }
 #endif
-  alignas(64) Code buffer[tile];
   run_best([&]() GRADCOMP_LOOP_BODY {
+    // Locals: byte-sized code stores could alias anything reached through a closure, and GCC
+    // would reload the captures for every code instead of vectorising the loop.
+    alignas(64) Code buffer[tile];
+    auto code_at = code;
     for (std::size_t i0 = done; i0 < count; i0 += tile) {
       const std::size_t m = std::min(tile, count - i0);
-      if (m == tile) {
-        for (std::size_t j = 0; j < tile; ++j) buffer[j] = code(i0 + j);
-      } else {
-        for (std::size_t j = 0; j < m; ++j) buffer[j] = code(i0 + j);
-      }
+      for (std::size_t j = 0; j < m; ++j) buffer[j] = code_at(i0 + j);
       const auto bytes = std::as_bytes(std::span(buffer, m));
       crc = crc32c(bytes, crc);
       detail::copy_tile(out + i0 * sizeof(Code), bytes.data(), bytes.size(), streaming);
