@@ -518,8 +518,11 @@ class compressor {
   // for the feedback. Writes each group's meta and the packed codes into frame f (header,
   // indices and padding already written), and seals it: the values' CRC32C is taken as they
   // are produced.
-  template <class Load, class Keep>
-  void encode_values(const frame::header& h, std::byte* f, bool streaming, Load&& load, Keep&& keep) const {
+  // ahead(m, n) may be called to say that x_m .. x_m+n-1 will be loaded about
+  // prefetch_values_ahead values later (m + n <= h.kept_count), so it can prefetch them.
+  template <class Load, class Keep, class Prefetch = cpu::no_prefetch>
+  void encode_values(const frame::header& h, std::byte* f, bool streaming, Load&& load, Keep&& keep,
+                     Prefetch&& ahead = {}) const {
     cpu::run_best([&]() GRADCOMP_LOOP_BODY {
       // Locals of the vectorised function: byte-sized code stores cannot alias them (copies
       // of the config included), so the loops over a group vectorise.
@@ -550,6 +553,8 @@ class compressor {
         for (std::size_t q = 0; q < groups; ++q) {
           const meta_type mt = gs ? metas[q] : meta_type{};
           const std::size_t i0 = q * block, i1 = std::min(n, i0 + block);
+          if (const std::size_t later = m0 + i0 + cpu::prefetch_values_ahead; later + block <= h.kept_count)
+            ahead(later, block);
           if (stochastic) {
             for (std::size_t i = i0; i < i1; ++i) out[i] = Quantizer::encode(qc, mt, x[i], random[i]);
           } else {
@@ -592,6 +597,11 @@ class compressor {
         },
         [&](std::size_t m0, std::size_t n, const float* xs, const float* decoded) {
           for (std::size_t i = 0; i < n; ++i) fb.sent(m0 + i, xs[i], decoded[i]);
+        },
+        [&](std::size_t m, std::size_t n) {
+          cpu::prefetch(fb.g + m, n);
+          if constexpr (Feedback::has_state) cpu::prefetch(fb.e + m, n);
+          if constexpr (has_momentum) cpu::prefetch(fb.u + m, n);
         });
   }
 

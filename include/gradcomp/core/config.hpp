@@ -15,11 +15,21 @@
 #define GRADCOMP_DEVICE_CODE 0
 #endif
 
+// Asks for the cache line holding `address` (host code; a hint that never faults).
+#define GRADCOMP_PREFETCH(address) ::gradcomp::detail::prefetch_line(address)
+
+namespace gradcomp::detail {
+inline void prefetch_line(const void* address) {
 #if defined(__GNUC__) || defined(__clang__)
-#define GRADCOMP_PREFETCH(address) __builtin_prefetch(address)
+  __builtin_prefetch(address);
+  // GCC 12 at -O2 deletes a loop whose only statements are prefetches (under -ffinite-loops
+  // it counts them as free of effects): this empty asm that takes the address keeps them.
+  __asm__ volatile("" : : "r"(address));
 #else
-#define GRADCOMP_PREFETCH(address) ((void)(address))
+  (void)address;
 #endif
+}
+}  // namespace gradcomp::detail
 
 // Inlined into the caller whatever the optimiser's budget: per-group math (fit, tree_sum) is
 // called inside loops that run_best() compiles for AVX2, and only inlined code gets that ISA.
