@@ -397,6 +397,14 @@ class compressor {
         return to_float(g[j]);
       }
     }
+    // A prefetch hook: asks for the g, e and u of elements [j, j + n).
+    auto prefetcher() const {
+      return [this](std::size_t j, std::size_t n) {
+        cpu::prefetch(g + j, n);
+        if constexpr (Feedback::has_state) cpu::prefetch(e + j, n);
+        if constexpr (has_momentum) cpu::prefetch(u + j, n);
+      };
+    }
     // Element j was sent as `decoded`: keep the rest, and mask the momentum (DGC).
     void sent(std::size_t j, float x, float decoded) const {
       if constexpr (Feedback::has_state) e[j] = Feedback::remainder(cfg, x, decoded);
@@ -598,11 +606,7 @@ class compressor {
         [&](std::size_t m0, std::size_t n, const float* xs, const float* decoded) {
           for (std::size_t i = 0; i < n; ++i) fb.sent(m0 + i, xs[i], decoded[i]);
         },
-        [&](std::size_t m, std::size_t n) {
-          cpu::prefetch(fb.g + m, n);
-          if constexpr (Feedback::has_state) cpu::prefetch(fb.e + m, n);
-          if constexpr (has_momentum) cpu::prefetch(fb.u + m, n);
-        });
+        fb.prefetcher());
   }
 
   // Selects the chunk's sent elements into the workspace's index buffer; returns their count.
@@ -613,13 +617,22 @@ class compressor {
     const auto peek_key = [&](std::size_t j) { return abs_key(fb.peek(j)); };
     const auto scan_key = [&](std::size_t j) { return abs_key(fb.scan(j)); };  // x = g + e computed once, here
     const auto key_at = [&](std::size_t j) { return abs_key(fb.value(j)); };
+    // The scans prefetch the gradient only when it is all they read: with a residual (two
+    // streams read, one written) prefetching measured 6-20% slower, without it 12-18% faster.
+    const auto ahead = [&] {
+      if constexpr (Feedback::has_state) {
+        return cpu::no_prefetch{};
+      } else {
+        return fb.prefetcher();
+      }
+    }();
     if constexpr (kind == selection::exact_topk) {
-      cpu::topk_selector(scratch, count, h.kept_count).select(peek_key, scan_key, key_at, idx);
+      cpu::topk_selector(scratch, count, h.kept_count).select(peek_key, scan_key, key_at, idx, ahead);
       return h.kept_count;
     } else if constexpr (kind == selection::threshold) {
       float& last = st.thresholds[h.chunk_id];
       cpu::threshold_selector select(scratch, cfg_.sparsify, count, cfg_.seed, h.step, h.chunk_id, last);
-      const std::size_t kept = select.select(peek_key, scan_key, key_at, idx);
+      const std::size_t kept = select.select(peek_key, scan_key, key_at, idx, ahead);
       last = select.threshold();
       return kept;
     } else if constexpr (kind == selection::row_topk) {

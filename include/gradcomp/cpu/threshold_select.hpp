@@ -33,6 +33,7 @@
 #include "../core/philox.hpp"
 #include "../sparsify/threshold.hpp"
 #include "dispatch.hpp"
+#include "prefetch.hpp"
 #include "topk_select.hpp"
 
 namespace gradcomp::cpu {
@@ -61,10 +62,13 @@ class threshold_selector {
   //                the first pass, so the caller may fuse per-element work into it.
   // key_at(i):     key of element i after the scan, without side effects (later passes and
   //                the exact fallback).
+  // ahead(i, m):  elements i .. i + m - 1 will be scanned about prefetch_values_ahead
+  //                elements later (i + m <= n), a chance to prefetch them.
   // Writes the kept indices ascending to out (which holds policy::kept(c, n) entries) and
   // returns their count.
-  template <class SampleKey, class ScanKey, class KeyAt>
-  std::size_t select(SampleKey&& sample_key, ScanKey&& scan_key, KeyAt&& key_at, std::uint32_t* out) {
+  template <class SampleKey, class ScanKey, class KeyAt, class Prefetch = no_prefetch>
+  std::size_t select(SampleKey&& sample_key, ScanKey&& scan_key, KeyAt&& key_at, std::uint32_t* out,
+                     Prefetch&& ahead = {}) {
     passes_ = 0;
     used_fallback_ = false;
     threshold_ = 0.0f;
@@ -76,26 +80,27 @@ class threshold_selector {
     }
     std::uint32_t t = 0;
     std::size_t count = 0;
+    no_prefetch no_ahead;  // (the later passes are rare, and read other arrays than the scan)
     if (previous_ > 0.0f && std::isfinite(previous_)) {
       t = abs_key(previous_);
-      count = pass(scan_key, t, out);
+      count = pass(scan_key, t, out, ahead);
       if (accepted(count)) {
         threshold_ = bits_float(t);
         return count;
       }
       draw_sample(key_at);
       t = start();
-      count = pass(key_at, t, out);
+      count = pass(key_at, t, out, no_ahead);
     } else {
       draw_sample(sample_key);
       t = start();
-      count = pass(scan_key, t, out);
+      count = pass(scan_key, t, out, ahead);
     }
     while (!accepted(count) && passes_ < c_.max_tries) {
       const std::uint32_t next = adjust(t, count);
       if (next == t) break;
       t = next;
-      count = pass(key_at, t, out);
+      count = pass(key_at, t, out, no_ahead);
     }
     if (accepted(count)) {
       threshold_ = bits_float(t);
@@ -227,8 +232,8 @@ class threshold_selector {
   // Counts the keys >= t, writing the first cap indices. Keys are produced a tile at a time (a
   // plain map the compiler vectorises, fused with the caller's work), then tested 16 at a
   // time; only blocks holding a key >= t go scalar.
-  template <class Key>
-  std::size_t pass(Key& key, std::uint32_t t, std::uint32_t* out) {
+  template <class Key, class Prefetch>
+  std::size_t pass(Key& key, std::uint32_t t, std::uint32_t* out, Prefetch& ahead) {
     ++passes_;
     constexpr std::size_t tile = 512, block = 16;
     std::size_t count = 0;
@@ -243,6 +248,7 @@ class threshold_selector {
       std::size_t kept = 0;
       std::uint32_t scratch = 0;
       for (std::size_t i0 = 0; i0 < full; i0 += tile) {
+        if (const std::size_t later = i0 + prefetch_values_ahead; later + tile <= n_) ahead(later, tile);
         for (std::size_t j = 0; j < tile; ++j) keys[j] = key(i0 + j);
         for (std::size_t b = 0; b < tile; b += block) {
           std::uint32_t max_key = 0;

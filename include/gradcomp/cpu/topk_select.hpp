@@ -25,6 +25,7 @@
 
 #include "../core/byteio.hpp"
 #include "dispatch.hpp"
+#include "prefetch.hpp"
 
 #if defined(__SSE2__)
 #include <emmintrin.h>
@@ -75,15 +76,17 @@ class topk_selector {
   // scan_key(i): key of element i; called exactly once per element, in index order, so the
   //              caller may fuse per-element work into it.
   // key_at(i):   key of element i after the scan (used only by the radix fallback).
-  template <class SampleKey, class ScanKey, class KeyAt>
-  void select(SampleKey&& sample_key, ScanKey&& scan_key, KeyAt&& key_at, std::uint32_t* out) {
+  // ahead(i, m): elements i .. i + m - 1 will be scanned about prefetch_values_ahead
+  //              elements later (i + m <= n), a chance to prefetch them.
+  template <class SampleKey, class ScanKey, class KeyAt, class Prefetch = no_prefetch>
+  void select(SampleKey&& sample_key, ScanKey&& scan_key, KeyAt&& key_at, std::uint32_t* out, Prefetch&& ahead = {}) {
     if (k_ == 0 || k_ == n_) {
       for (std::size_t i = 0; i < n_; ++i) (void)scan_key(i);
       for (std::size_t i = 0; i < k_; ++i) out[i] = static_cast<std::uint32_t>(i);
       return;
     }
     bracket(sample_key);
-    scan(scan_key, out);
+    scan(scan_key, out, ahead);
     used_fallback_ = !(definite_ < k_ && definite_ + candidates_found_ >= k_ && candidates_found_ <= cap_);
     if (used_fallback_) {
       radix_select(key_at, out);
@@ -129,8 +132,8 @@ class topk_selector {
     }
   }
 
-  template <class ScanKey>
-  void scan(ScanKey& scan_key, std::uint32_t* out) {
+  template <class ScanKey, class Prefetch>
+  void scan(ScanKey& scan_key, std::uint32_t* out, Prefetch& ahead) {
     constexpr std::size_t block = 16;
     std::size_t definite = 0, found = 0;
     const std::uint32_t lo = lo_, hi = hi_;
@@ -150,6 +153,7 @@ class topk_selector {
     const std::size_t full = n_ - n_ % tile;
     run_best([&]() GRADCOMP_LOOP_BODY {
       for (std::size_t i0 = 0; i0 < full; i0 += tile) {
+        if (const std::size_t later = i0 + prefetch_values_ahead; later + tile <= n_) ahead(later, tile);
         for (std::size_t j = 0; j < tile; ++j) keys[j] = scan_key(i0 + j);
         for (std::size_t b = 0; b < tile; b += block) {
           std::uint32_t max_key = 0;
