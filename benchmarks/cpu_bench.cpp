@@ -363,7 +363,7 @@ void bm_topk_select(benchmark::State& st, std::size_t n, double density) {
   const auto run = [&] {
     gc::cpu::topk_selector sel(std::as_writable_bytes(std::span(ws)), n, k);
     const auto key = [&x](std::size_t i) { return gc::abs_key(x[i]); };
-    sel.select(key, key, key, out.data());
+    sel.select(key, key, key, out.data(), [&x](std::size_t i, std::size_t m) { gc::cpu::prefetch(x.data() + i, m); });
     fallback |= sel.used_fallback();
   };
   run();
