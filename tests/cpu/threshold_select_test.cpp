@@ -188,6 +188,52 @@ TEST_CASE("the first threshold follows the rules, or is the previous one when it
   }
 }
 
+TEST_CASE("TAGC steps back one table entry when the sample puts the first below the bounds") {
+  // Recomputes the rule from the sample the selector read: the first entry with at least
+  // 1 - density of the sample under it, or the entry before it when the sample's estimate
+  // of the first is under min_ratio k and that of the one before is at most capacity.
+  std::size_t stepped = 0, runs = 0;
+  for (std::uint32_t seed = 0; seed < 6; ++seed) {
+    const std::size_t n = 2000000;
+    const auto keys = keys_of(test::heavy_tailed(n, 90 + seed, 1e-4f));
+    for (double density : {0.001, 0.002, 0.005}) {
+      CAPTURE(seed);
+      CAPTURE(density);
+      const auto c = make(rule::tagc, density);
+      const auto r = run(keys, c);
+      std::vector<std::uint32_t> sample;
+      for (auto i : r.sampled) sample.push_back(keys[i]);
+      REQUIRE(sample.size() == policy::sample_size(c, n));
+      const auto at_least = [&](std::size_t i) {
+        return static_cast<double>(std::count_if(sample.begin(), sample.end(), [&](std::uint32_t k) {
+          return k >= abs_key(policy::table_entry(c, i));
+        }));
+      };
+      const double s = static_cast<double>(sample.size()), scale = static_cast<double>(n) / s;
+      std::size_t first = policy::table_size(c) - 1;
+      for (std::size_t i = 0; i < policy::table_size(c); ++i) {
+        if ((s - at_least(i)) / s >= 1.0 - density) {
+          first = i;
+          break;
+        }
+      }
+      const double lo = std::ceil(c.min_ratio * static_cast<double>(policy::target(c, n)));
+      const double cap = static_cast<double>(policy::kept(c, n));
+      std::size_t expect = first;
+      if (first > 0 && at_least(first) * scale < lo && at_least(first - 1) * scale <= cap) expect = first - 1;
+      check_consistent(keys, c, r);
+      if (r.passes == 1 && !r.fallback) {  // the rule's threshold was accepted by its pass
+        CHECK(r.threshold == policy::table_entry(c, expect));
+        ++runs;
+        stepped += expect != first;
+      }
+    }
+  }
+  MESSAGE(stepped, " of ", runs, " one-pass runs stepped back");
+  CHECK(runs >= 9);
+  CHECK(stepped >= 2);
+}
+
 TEST_CASE("adversarial inputs: the exact top-k when the estimate fails, never above capacity") {
   const std::size_t n = 100000;
   std::vector<std::vector<std::uint32_t>> cases;

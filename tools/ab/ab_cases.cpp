@@ -79,6 +79,10 @@ std::unique_ptr<runner> make_case(int id, const float* g, std::size_t n, const c
     case 13:
       *name = "tagc1%";
       return make<codec<threshold, bf16>>({.sparsify = {.density = 0.01, .estimate = threshold::rule::tagc}}, g, n);
+    case 14: *name = "dgc0.1%"; return make<codec<threshold, bf16>>({.sparsify = {.density = 0.001}}, g, n);
+    case 15:
+      *name = "tagc0.1%";
+      return make<codec<threshold, bf16>>({.sparsify = {.density = 0.001, .estimate = threshold::rule::tagc}}, g, n);
     default: return nullptr;
   }
 }

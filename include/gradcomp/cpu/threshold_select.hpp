@@ -11,7 +11,9 @@
 //        rule::dgc   the r-th largest sample key, r = clamp(ceil(k s / n), 1, s);
 //        rule::tagc  key(e_i) for the smallest table entry e_i with #{sample < key(e_i)} / s >=
 //                    1 - density (the last entry if none): a gallop from the entry nearest
-//                    previous (entry 0 when none), then a binary search.
+//                    previous (entry 0 when none), then a binary search. Then, with
+//                    est(i) = #{sample >= key(e_i)} n / s: if i > 0, est(i) < lo and
+//                    est(i - 1) <= cap, e_(i-1) instead.
 //   3. Pass: count the keys >= T, writing the first cap indices (the first pass is the scan,
 //      fused with the caller's per-element work). Accepted when lo <= count <= cap. Otherwise,
 //      while fewer than max_tries passes ran: r = max(1, #{sample >= T}), r' = clamp(round(r k /
@@ -218,7 +220,18 @@ class threshold_selector {
         lo = mid + 1;
       }
     }
-    return abs_key(policy::table_entry(c_, std::min(lo, size - 1)));
+    // The first qualifying entry keeps at most k values by the sample, often fewer than
+    // min_ratio k: a table step changes the count 1.3-2x. When the sample puts the entry
+    // below the accepted range and the entry before it within, that one is taken: one pass
+    // instead of a pass and an adjusted one.
+    std::size_t entry = std::min(lo, size - 1);
+    if (entry > 0) {
+      const auto estimate = [&](std::size_t i) {
+        return static_cast<double>(count_at_least(abs_key(policy::table_entry(c_, i)))) * static_cast<double>(n_) / s;
+      };
+      if (estimate(entry) < static_cast<double>(lo_) && estimate(entry - 1) <= static_cast<double>(cap_)) --entry;
+    }
+    return abs_key(policy::table_entry(c_, entry));
   }
 
   std::uint32_t adjust(std::uint32_t t, std::size_t count) {

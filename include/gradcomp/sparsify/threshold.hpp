@@ -39,8 +39,10 @@ struct threshold {
     double min_ratio = 0.8;          // accepted kept count: [min_ratio k, max_ratio k]
     double max_ratio = 1.3;
     unsigned max_tries = 3;          // threshold passes before the exact top-k fallback, >= 1
-    double table_min = 1e-6;         // rule::tagc: the threshold table
-    double table_max = 1e-2;
+    // rule::tagc: the threshold table, up to 1 (the top 0.1% of a heavy-tailed gradient of
+    // scale 1e-3 lies above 1e-2).
+    double table_min = 1e-6;
+    double table_max = 1.0;
     unsigned steps_per_decade = 23;
   };
   static constexpr std::uint8_t id = 3;
