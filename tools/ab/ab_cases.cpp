@@ -83,6 +83,7 @@ std::unique_ptr<runner> make_case(int id, const float* g, std::size_t n, const c
     case 15:
       *name = "tagc0.1%";
       return make<codec<threshold, bf16>>({.sparsify = {.density = 0.001, .estimate = threshold::rule::tagc}}, g, n);
+    case 16: *name = "natural"; return make<codec<dense, natural>>({}, g, n);
     default: return nullptr;
   }
 }
