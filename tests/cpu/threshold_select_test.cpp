@@ -56,7 +56,8 @@ outcome run(const std::vector<std::uint32_t>& keys, const policy::config& c, flo
   std::vector<std::uint32_t> out(cap + 1, 0xdeadbeefu);
   cpu::threshold_selector sel(std::as_writable_bytes(std::span(ws)), c, n, seed, step, chunk, previous);
   std::size_t scanned = 0;
-  bool in_order = true;
+  bool in_order = true, ahead_ok = true;
+  std::size_t ahead_calls = 0;
   outcome r;
   const auto key = [&](std::size_t i) { return keys[i]; };
   const std::size_t count = sel.select(
@@ -68,8 +69,14 @@ outcome run(const std::vector<std::uint32_t>& keys, const policy::config& c, flo
         in_order &= i == scanned++;
         return keys[i];
       },
-      key, out.data());
+      key, out.data(),
+      [&](std::size_t i, std::size_t m) {  // the prefetch hook names only elements still to come
+        ahead_ok &= i >= scanned && m > 0 && i + m <= n;
+        ++ahead_calls;
+      });
   CHECK(in_order);
+  CHECK(ahead_ok);
+  if (n >= 4096) CHECK(ahead_calls > 0);
   CHECK(scanned == n);
   REQUIRE(count <= cap);
   CHECK(out[cap] == 0xdeadbeefu);

@@ -29,16 +29,24 @@ outcome run(const std::vector<std::uint32_t>& keys, std::size_t k) {
   std::vector<std::uint32_t> out(k + 1);
   cpu::topk_selector sel(std::as_writable_bytes(std::span(ws)), n, k);
   std::size_t scanned = 0, expect_next = 0;
-  bool in_order = true;
+  bool in_order = true, ahead_ok = true;
+  std::size_t ahead_calls = 0;
   const auto key = [&](std::size_t i) { return keys[i]; };
-  sel.select(key,
-             [&](std::size_t i) {
-               in_order &= i == expect_next++;
-               ++scanned;
-               return keys[i];
-             },
-             key, out.data());
+  sel.select(
+      key,
+      [&](std::size_t i) {
+        in_order &= i == expect_next++;
+        ++scanned;
+        return keys[i];
+      },
+      key, out.data(),
+      [&](std::size_t i, std::size_t m) {  // the prefetch hook names only elements still to come
+        ahead_ok &= i >= expect_next && m > 0 && i + m <= n;
+        ++ahead_calls;
+      });
   CHECK(in_order);
+  CHECK(ahead_ok);
+  if (n >= 4096) CHECK(ahead_calls > 0);
   out.resize(k);
   return {out, sel.used_fallback(), scanned};
 }
