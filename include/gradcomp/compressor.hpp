@@ -347,7 +347,7 @@ class compressor {
     if constexpr (Sparsifier::is_dense) {
       if constexpr (code_bits == 8 * sizeof(code_type) && !has_momentum) {
         if (is_plain_cast()) {  // the body is the values: checksummed as they are written
-          std::uint32_t body_crc = encode_cast(g, e, r.count, out + h.value_offset(), streaming);
+          std::uint32_t body_crc = encode_cast(fb, r.count, out + h.value_offset(), streaming);
           const std::size_t end = h.value_offset() + h.value_bytes;
           body_crc = crc32c(std::span<const std::byte>(out + end, align8(end) - end), body_crc);
           frame::seal(frame.first(h.frame_bytes()), body_crc);
@@ -484,16 +484,15 @@ class compressor {
 
   // Returns the CRC32C of the value bytes written.
   template <class T>
-  std::uint32_t encode_cast(const T* g, float* e, std::size_t count, std::byte* values, bool streaming) const {
+  std::uint32_t encode_cast(const element_feedback<T>& fb, std::size_t count, std::byte* values, bool streaming) const {
     // The code lambdas capture copies: byte-sized code stores might alias a referenced config,
     // and GCC then runs the scalar version of the vectorised loop (8x slower for fp8).
     const auto qc = cfg_.quantize;
     const auto fc = cfg_.feedback;
     constexpr meta_type none{};
-    const auto ahead = [&](std::size_t j, std::size_t n) {
-      cpu::prefetch(g + j, n);
-      if constexpr (Feedback::has_state) cpu::prefetch(e + j, n);
-    };
+    const T* const g = fb.g;
+    float* const e = fb.e;
+    const auto ahead = fb.prefetcher();
     if constexpr (Feedback::has_state) {
       return cpu::write_codes<code_type>(
           count,
@@ -561,8 +560,7 @@ class compressor {
         for (std::size_t q = 0; q < groups; ++q) {
           const meta_type mt = gs ? metas[q] : meta_type{};
           const std::size_t i0 = q * block, i1 = std::min(n, i0 + block);
-          if (const std::size_t later = m0 + i0 + cpu::prefetch_values_ahead; later + block <= h.kept_count)
-            ahead(later, block);
+          cpu::ask_ahead(ahead, m0 + i0, block, h.kept_count);
           if (stochastic) {
             for (std::size_t i = i0; i < i1; ++i) out[i] = Quantizer::encode(qc, mt, x[i], random[i]);
           } else {

@@ -24,6 +24,13 @@ inline void prefetch(const T* p, std::size_t n) {
     GRADCOMP_PREFETCH(reinterpret_cast<const void*>(a));
 }
 
+// For a loop about to work on elements [i, i + n) of [0, end): calls ahead(j, n) for the
+// elements prefetch_values_ahead later, j = i + prefetch_values_ahead, when they exist.
+template <class Prefetch>
+inline void ask_ahead(Prefetch& ahead, std::size_t i, std::size_t n, std::size_t end) {
+  if (const std::size_t j = i + prefetch_values_ahead; j + n <= end) ahead(j, n);
+}
+
 // The prefetch hook of a loop that has nothing worth prefetching.
 struct no_prefetch {
   void operator()(std::size_t, std::size_t) const {}

@@ -103,7 +103,7 @@ __attribute__((target("avx2,sse4.2"))) std::uint32_t write_codes_pipelined(std::
     std::uint64_t crcs[4] = {reg, 0, 0, 0};
     const std::size_t blocks = t < tiles ? tile / block : 0, first = t * tile;
     for (std::size_t blk = 0; blk < blocks; ++blk) {  // encode tile t, finish tile t - 1
-      if (const std::size_t later = first + blk * block + prefetch_values_ahead; later + block <= end) ahead(later, block);
+      ask_ahead(ahead, first + blk * block, block, end);
       for (std::size_t j = 0; j < block; ++j) current[blk * block + j] = code(first + blk * block + j);
       if (t > 0)
         for (std::size_t f = 0; f < finishes; ++f) finish_block<Streaming>(crcs, previous, previous_out, blk * finishes + f);

@@ -261,7 +261,7 @@ class threshold_selector {
       std::size_t kept = 0;
       std::uint32_t scratch = 0;
       for (std::size_t i0 = 0; i0 < full; i0 += tile) {
-        if (const std::size_t later = i0 + prefetch_values_ahead; later + tile <= n_) ahead(later, tile);
+        ask_ahead(ahead, i0, tile, n_);
         for (std::size_t j = 0; j < tile; ++j) keys[j] = key(i0 + j);
         for (std::size_t b = 0; b < tile; b += block) {
           std::uint32_t max_key = 0;

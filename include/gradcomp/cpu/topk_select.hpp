@@ -153,7 +153,7 @@ class topk_selector {
     const std::size_t full = n_ - n_ % tile;
     run_best([&]() GRADCOMP_LOOP_BODY {
       for (std::size_t i0 = 0; i0 < full; i0 += tile) {
-        if (const std::size_t later = i0 + prefetch_values_ahead; later + tile <= n_) ahead(later, tile);
+        ask_ahead(ahead, i0, tile, n_);
         for (std::size_t j = 0; j < tile; ++j) keys[j] = scan_key(i0 + j);
         for (std::size_t b = 0; b < tile; b += block) {
           std::uint32_t max_key = 0;
