@@ -503,6 +503,16 @@ class compressor {
             return c;
           },
           values, 0, streaming, ahead);
+    } else if constexpr (std::is_same_v<T, float> && has_avx2_encoder<Quantizer>) {
+      struct codes {  // what the lambda below does, plus the hand-vectorised block
+        typename Quantizer::config qc;
+        const float* g;
+        code_type operator()(std::size_t j) const { return Quantizer::encode(qc, meta_type{}, g[j], 0); }
+        GRADCOMP_TARGET_AVX2 void block32(std::size_t j, code_type* out) const {
+          Quantizer::encode_avx2(qc, meta_type{}, g + j, 32, out);
+        }
+      };
+      return cpu::write_codes<code_type>(count, codes{qc, g}, values, 0, streaming, ahead);
     } else {
       return cpu::write_codes<code_type>(
           count, [qc, none, g](std::size_t j) { return Quantizer::encode(qc, none, to_float(g[j]), 0); }, values, 0,
@@ -537,6 +547,7 @@ class compressor {
       const std::size_t gs = Quantizer::group_size(qc), block = gs ? gs : ungrouped_block;
       const std::size_t batch = block * batch_groups(gs);  // <= max_group_size
       const bool stochastic = Quantizer::stochastic(qc);
+      [[maybe_unused]] const bool avx2 = cpu::avx2_active();
       std::byte* meta = f + h.meta_offset();
       alignas(64) float xs[max_group_size];
       alignas(64) float decoded[max_group_size];
@@ -563,6 +574,8 @@ class compressor {
           cpu::ask_ahead(ahead, m0 + i0, block, h.kept_count);
           if (stochastic) {
             for (std::size_t i = i0; i < i1; ++i) out[i] = Quantizer::encode(qc, mt, x[i], random[i]);
+          } else if (has_avx2_encoder<Quantizer> && avx2) {
+            if constexpr (has_avx2_encoder<Quantizer>) Quantizer::encode_avx2(qc, mt, x + i0, i1 - i0, out + i0);
           } else {
             for (std::size_t i = i0; i < i1; ++i) out[i] = Quantizer::encode(qc, mt, x[i], 0);
           }

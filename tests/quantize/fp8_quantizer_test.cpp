@@ -333,3 +333,59 @@ TEST_CASE("fp8: error feedback keeps what rounding lost") {
       CHECK(sent[i] + st.residual[i] == doctest::Approx(total[i]).epsilon(1e-4).scale(1e-3));
   }
 }
+
+#if GRADCOMP_CPU_DISPATCH
+namespace {
+// Float bits that exercise every rounding case of every binade: each exponent with the
+// mantissas around the round-to-even boundaries of E5M2's and E4M3's dropped bits (halfway,
+// one below and above, odd and even kept bits), both signs, infinities and NaNs; then random
+// bit patterns.
+std::vector<float> rounding_cases() {
+  std::vector<std::uint32_t> mantissas = {0, 1, 0x7fffff, 0x400000, 0x600000, 0x700000, 0x780000};
+  for (const std::uint32_t drop : {20u, 21u})
+    for (const std::uint32_t kept : {0u, 1u, 2u, 3u, 5u, 7u})
+      for (const std::int32_t d : {-1, 0, 1}) {
+        const std::int64_t m = (std::int64_t{kept} << drop) + (std::int64_t{1} << (drop - 1)) + d;
+        if (m >= 0 && m < (1 << 23)) mantissas.push_back(static_cast<std::uint32_t>(m));
+      }
+  std::vector<float> x;
+  for (std::uint32_t sign : {0u, 1u})
+    for (std::uint32_t e = 0; e < 256; ++e)
+      for (std::uint32_t m : mantissas) x.push_back(bits_float(sign << 31 | e << 23 | m));
+  std::uint64_t s = 0x9e3779b97f4a7c15ull;
+  for (int i = 0; i < 200000; ++i) {
+    s = s * 6364136223846793005ull + 1442695040888963407ull;
+    x.push_back(bits_float(static_cast<std::uint32_t>(s >> 32)));
+  }
+  return x;
+}
+
+template <class Q>
+void check_avx2_encoder(const typename Q::config& c, const typename Q::meta& m, const std::vector<float>& x) {
+  std::vector<std::uint8_t> fast(x.size() + 1, 0xaa);  // + 1: a guard byte past n
+  Q::encode_avx2(c, m, x.data(), x.size() - 5, fast.data());  // (n % 32 != 0: the scalar tail runs too)
+  REQUIRE(fast[x.size() - 5] == 0xaa);
+  for (std::size_t i = 0; i + 5 < x.size(); ++i) {
+    if (fast[i] != Q::encode(c, m, x[i], 0)) {
+      CAPTURE(i);
+      CAPTURE(float_bits(x[i]));
+      REQUIRE(fast[i] == Q::encode(c, m, x[i], 0));
+    }
+  }
+}
+}  // namespace
+
+TEST_CASE_TEMPLATE("fp8: the AVX2 encoder gives encode()'s codes for every rounding case", Q, fp8_e4m3, fp8_e5m2) {
+  if (!__builtin_cpu_supports("avx2")) {
+    MESSAGE("no AVX2 on this CPU: skipped");
+    return;
+  }
+  const auto x = rounding_cases();
+  check_avx2_encoder<Q>({}, {}, x);
+  for (const float amax : {1e-30f, 1e-3f, 1.0f, 3e5f, 3e38f, infinity}) {
+    CAPTURE(amax);
+    const typename Q::config scaled{.group = 128};
+    check_avx2_encoder<Q>(scaled, Q::fit(scaled, &amax, 1), x);
+  }
+}
+#endif

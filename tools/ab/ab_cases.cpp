@@ -84,6 +84,11 @@ std::unique_ptr<runner> make_case(int id, const float* g, std::size_t n, const c
       *name = "tagc0.1%";
       return make<codec<threshold, bf16>>({.sparsify = {.density = 0.001, .estimate = threshold::rule::tagc}}, g, n);
     case 16: *name = "natural"; return make<codec<dense, natural>>({}, g, n);
+    case 17: *name = "int2_stochastic"; return make<codec<dense, int_block<2>>>({.quantize = {.round = rounding::stochastic}}, g, n);
+    case 18: *name = "piecewise4"; return make<codec<dense, piecewise<4>>>({}, g, n);
+    case 19: *name = "fp8_e5m2"; return make<codec<dense, fp8_e5m2>>({}, g, n);
+    case 20: *name = "int4_asym"; return make<codec<dense, int_block<4, int_range::asymmetric>>>({}, g, n);
+    case 21: *name = "fp8_e4m3_scaled128"; return make<codec<dense, fp8_e4m3>>({.quantize = {.group = 128}}, g, n);
     default: return nullptr;
   }
 }

@@ -109,6 +109,14 @@ concept quantizer_traits = has_config<Q> && requires(const typename Q::config& c
 template <class Q>
 concept quantizer_policy = has_policy_kind<Q, quantizer_tag> && has_validate<Q> && quantizer_codes<Q> &&
                            quantizer_groups<Q> && quantizer_encode<Q> && quantizer_decode<Q> && quantizer_traits<Q>;
+// Optional: encode_avx2(c, m, x, n, out) writes encode(c, m, x[i], 0) to out[i] for i < n,
+// hand-vectorised for AVX2 CPUs (the compressor calls it only there, for deterministic
+// rounding): for quantizers whose encode() the compilers vectorise poorly.
+template <class Q>
+concept has_avx2_encoder = quantizer_encode<Q> && requires(const typename Q::config& c, const typename Q::meta& m,
+                                                           const float* x, typename Q::code_type* out) {
+  Q::encode_avx2(c, m, x, std::size_t{}, out);
+};
 
 // Defaults for quantizers without groups or randomness (casts): derive and add encode/decode.
 struct ungrouped_quantizer {

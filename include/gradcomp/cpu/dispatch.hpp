@@ -10,9 +10,12 @@
 #define GRADCOMP_CPU_DISPATCH 1
 // Marks the lambda handed to run_best(), so its loop is compiled inside each ISA variant.
 #define GRADCOMP_LOOP_BODY __attribute__((always_inline))
+// Compiles a function for AVX2 (its caller must check avx2_active() or be AVX2 code itself).
+#define GRADCOMP_TARGET_AVX2 __attribute__((target("avx2")))
 #else
 #define GRADCOMP_CPU_DISPATCH 0
 #define GRADCOMP_LOOP_BODY
+#define GRADCOMP_TARGET_AVX2
 #endif
 
 namespace gradcomp::cpu {
@@ -36,15 +39,20 @@ inline bool cpu_has_avx2() {
 }
 }  // namespace detail
 
+// Whether run_best() runs its AVX2 version now.
+inline bool avx2_active() { return detail::cpu_has_avx2() && avx2_allowed().load(std::memory_order_relaxed); }
+
 template <class F>
 void run_best(F&& f) {
-  if (detail::cpu_has_avx2() && avx2_allowed().load(std::memory_order_relaxed)) {
+  if (avx2_active()) {
     detail::run_avx2(f);
   } else {
     f();
   }
 }
 #else
+inline bool avx2_active() { return false; }
+
 template <class F>
 void run_best(F&& f) {
   f();

@@ -58,6 +58,11 @@ inline void streaming_fence() {
 }
 }  // namespace detail
 
+// A code function that can also write 32 codes at once, hand-vectorised: code.block32(j, out)
+// writes code(j) .. code(j + 31) to out. The pipelined path (AVX2) uses it.
+template <class CodeAt, class Code>
+concept block_code_source = requires(CodeAt& code, std::size_t j, Code* out) { code.block32(j, out); };
+
 #if GRADCOMP_CPU_DISPATCH
 // The x86 fast path: one loop both encodes tile t (32 codes per block, vector code) and
 // finishes tile t - 1 (its CRC in four crc32 streams, its store), so the arithmetic of one
@@ -104,7 +109,11 @@ __attribute__((target("avx2,sse4.2"))) std::uint32_t write_codes_pipelined(std::
     const std::size_t blocks = t < tiles ? tile / block : 0, first = t * tile;
     for (std::size_t blk = 0; blk < blocks; ++blk) {  // encode tile t, finish tile t - 1
       ask_ahead(ahead, first + blk * block, block, end);
-      for (std::size_t j = 0; j < block; ++j) current[blk * block + j] = code(first + blk * block + j);
+      if constexpr (block_code_source<CodeAt, Code>) {
+        code.block32(first + blk * block, current + blk * block);
+      } else {
+        for (std::size_t j = 0; j < block; ++j) current[blk * block + j] = code(first + blk * block + j);
+      }
       if (t > 0)
         for (std::size_t f = 0; f < finishes; ++f) finish_block<Streaming>(crcs, previous, previous_out, blk * finishes + f);
     }

@@ -101,6 +101,31 @@ struct fp8 {
     return e4m3 ? fp8_e4m3_bits_from_float(y) : fp8_e5m2_bits_from_float(y);
   }
 
+#if GRADCOMP_CPU_DISPATCH
+  // encode() of x[0, n) into out[0, n), 32 values at a time with AVX2: the same codes (GCC 12
+  // vectorises encode() poorly; see core/fp8.hpp). Call only where the CPU has AVX2.
+  GRADCOMP_TARGET_AVX2 static void encode_avx2(const config& c, const meta& m, const float* x, std::size_t n,
+                                                         code_type* out) {
+    const __m256 inv = _mm256_set1_ps(m.inv), lo = _mm256_set1_ps(-max), hi = _mm256_set1_ps(max);
+    const bool scaled = c.group != 0;
+    std::size_t i = 0;
+    for (; i + 32 <= n; i += 32) {
+      __m256i codes[4];
+      for (std::size_t q = 0; q < 4; ++q) {
+        __m256 y = _mm256_loadu_ps(x + i + 8 * q);
+        if (scaled) {  // clamp_float(x * inv, -max, max): NaN goes to -max, as there
+          y = _mm256_mul_ps(y, inv);
+          y = _mm256_blendv_ps(lo, y, _mm256_cmp_ps(y, lo, _CMP_GE_OQ));
+          y = _mm256_blendv_ps(hi, y, _mm256_cmp_ps(y, hi, _CMP_LE_OQ));
+        }
+        codes[q] = detail::fp8_bits_from_float_avx2<e4m3>(y);
+      }
+      detail::store_codes32_avx2(codes[0], codes[1], codes[2], codes[3], out + i);
+    }
+    for (; i < n; ++i) out[i] = encode(c, m, x[i], 0);
+  }
+#endif
+
   GRADCOMP_HD static float decode(const config& c, const meta& m, code_type code) {
     const float v = e4m3 ? float_from_fp8_e4m3_bits(code) : float_from_fp8_e5m2_bits(code);
     return select_float(c.group != 0, canonical_nan(v * m.scale), v);  // exact for a checked scale
