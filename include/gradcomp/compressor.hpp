@@ -784,9 +784,15 @@ class compressor {
       constexpr bool tabled = code_bits <= max_table_bits;
       constexpr std::uint32_t table_size = tabled ? 1u << code_bits : 1u;
       alignas(64) float table[table_size];
+      // A block decoder's floats: decoded itself when T is float.
+      constexpr bool decoded_floats = std::is_same_v<T, float>;
+      alignas(64) float block_buffer[has_avx2_decoder<Quantizer> && !decoded_floats ? max_group_size : 1];
+      float* const block_values = decoded_floats ? reinterpret_cast<float*>(decoded) : block_buffer;
       auto sparse_indices = indices_of(h, f);
-      // value_of(meta, code): the decoded value; one loop nest per way of computing it.
-      const auto decode_all = [&](auto value_of) GRADCOMP_LOOP_BODY {
+      // value_of(meta, i): the decoded value of codes[i]; one loop nest per way of computing
+      // it. prepare(meta, i0, i1) runs first for each group's codes[i0, i1); it returns
+      // std::true_type when it has written their values to decoded[i0, i1) already.
+      const auto decode_all = [&](auto value_of, auto prepare) GRADCOMP_LOOP_BODY {
         for (std::size_t b0 = 0; b0 < h.kept_count; b0 += batch) {
           const std::size_t nb = std::min<std::size_t>(batch, h.kept_count - b0);
           if constexpr (!Sparsifier::is_dense) sparse_indices.next(b0, nb, where);
@@ -794,6 +800,8 @@ class compressor {
             const std::size_t i1 = std::min(nb, i0 + block);
             unpack_codes<code_type, code_bits>(values, b0 + i0, i1 - i0, codes + i0);
             const meta_type mt = gs ? group_meta(h, f, (b0 + i0) / gs) : meta_type{};
+            constexpr bool prepared = decltype(prepare(mt, i0, i1))::value;
+            prepare(mt, i0, i1);
             if constexpr (Sparsifier::is_dense) {
               T* to = region + b0;
               if (const std::size_t later = b0 + i0 + cpu::prefetch_values_ahead; later + (i1 - i0) <= h.kept_count) {
@@ -802,13 +810,14 @@ class compressor {
               }
               if (add) {
                 for (std::size_t i = i0; i < i1; ++i)
-                  to[i] = from_float<T>(canonical_nan(to_float(to[i]) + value_of(mt, codes[i])));
+                  to[i] = from_float<T>(canonical_nan(to_float(to[i]) + value_of(mt, i)));
               } else if (streaming) {  // (a group at a time: stores interleaved with the decoding)
-                for (std::size_t i = i0; i < i1; ++i) decoded[i] = from_float<T>(value_of(mt, codes[i]));
+                if constexpr (!prepared)
+                  for (std::size_t i = i0; i < i1; ++i) decoded[i] = from_float<T>(value_of(mt, i));
                 cpu::detail::copy_tile(reinterpret_cast<std::byte*>(to + i0),
                                        reinterpret_cast<const std::byte*>(decoded + i0), (i1 - i0) * sizeof(T), true);
               } else {
-                for (std::size_t i = i0; i < i1; ++i) to[i] = from_float<T>(value_of(mt, codes[i]));
+                for (std::size_t i = i0; i < i1; ++i) to[i] = from_float<T>(value_of(mt, i));
               }
             } else {
               constexpr std::size_t ahead = 16;  // scattered outputs: keep several misses in flight
@@ -816,19 +825,27 @@ class compressor {
               for (std::size_t i = i0; i < i1; ++i) {
                 if (i + ahead < i1) GRADCOMP_PREFETCH(region + where[i + ahead]);
                 T& to = region[where[i]];
-                const float v = value_of(mt, codes[i]);
+                const float v = value_of(mt, i);
                 to = from_float<T>(add ? canonical_nan(to_float(to) + v) : v);
               }
             }
           }
         }
       };
-      if (tabled && gs == 0) {
+      const auto nothing = [](const meta_type&, std::size_t, std::size_t) { return std::false_type{}; };
+      if (has_avx2_decoder<Quantizer> && cpu::avx2_active()) {
+        if constexpr (has_avx2_decoder<Quantizer>)
+          decode_all([&](const meta_type&, std::size_t i) { return block_values[i]; },
+                     [&](const meta_type& mt, std::size_t i0, std::size_t i1) {
+                       Quantizer::decode_avx2(qc, mt, codes + i0, i1 - i0, block_values + i0);
+                       return std::bool_constant<decoded_floats>{};
+                     });
+      } else if (tabled && gs == 0) {
         for (std::uint32_t c = 0; c < table_size; ++c)
           table[c] = Quantizer::decode(qc, meta_type{}, static_cast<code_type>(c));
-        decode_all([&](const meta_type&, code_type c) { return table[c & (table_size - 1u)]; });
+        decode_all([&](const meta_type&, std::size_t i) { return table[codes[i] & (table_size - 1u)]; }, nothing);
       } else {
-        decode_all([&](const meta_type& mt, code_type c) { return Quantizer::decode(qc, mt, c); });
+        decode_all([&](const meta_type& mt, std::size_t i) { return Quantizer::decode(qc, mt, codes[i]); }, nothing);
       }
     });
     if (streaming) cpu::detail::streaming_fence();

@@ -118,6 +118,13 @@ concept has_avx2_encoder = quantizer_encode<Q> && requires(const typename Q::con
   Q::encode_avx2(c, m, x, std::size_t{}, out);
 };
 
+// Optional, likewise: decode_avx2(c, m, codes, n, out) writes decode(c, m, codes[i]) to out[i].
+template <class Q>
+concept has_avx2_decoder = quantizer_decode<Q> && requires(const typename Q::config& c, const typename Q::meta& m,
+                                                           const typename Q::code_type* codes, float* out) {
+  Q::decode_avx2(c, m, codes, std::size_t{}, out);
+};
+
 // Defaults for quantizers without groups or randomness (casts): derive and add encode/decode.
 struct ungrouped_quantizer {
   using policy_kind = quantizer_tag;
