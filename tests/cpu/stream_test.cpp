@@ -59,3 +59,44 @@ TEST_CASE("write_codes writes every code in order, at every output alignment, wi
     }
   }
 }
+
+namespace {
+// packed_stream against pack_bits: commits of every size pattern (so blocks start at every
+// bit offset), codes with garbage above their Bits bits, several flushes' worth of bytes.
+template <class Code, unsigned Bits>
+void check_packed_stream() {
+  std::uint64_t s = 12345;
+  const auto next = [&] {
+    s = s * 6364136223846793005ull + 1442695040888963407ull;
+    return static_cast<std::uint32_t>(s >> 33);
+  };
+  std::vector<std::uint32_t> codes;  // masked, for pack_bits
+  std::vector<std::byte> out(200000, std::byte{0xa5});
+  cpu::packed_stream<Code, Bits> writer(out.data(), false);
+  while (codes.size() < 100000) {
+    const std::size_t n = next() % 3 == 0 ? next() % 7 : next() % cpu::packed_stream<Code, Bits>::max_put + 1;
+    Code* room = writer.room();
+    for (std::size_t i = 0; i < n; ++i) {
+      room[i] = static_cast<Code>(next());
+      codes.push_back(room[i] & ((1u << Bits) - 1u));
+    }
+    writer.commit(n);
+  }
+  const std::uint32_t crc = writer.finish();
+  const std::size_t bytes = packed_bytes(codes.size(), Bits);
+  std::vector<std::byte> expected(bytes);
+  pack_bits(codes, Bits, expected.data());
+  CHECK(std::memcmp(out.data(), expected.data(), bytes) == 0);
+  CHECK(std::to_integer<int>(out[bytes]) == 0xa5);
+  CHECK(crc == crc32c(std::span<const std::byte>(expected)));
+}
+}  // namespace
+
+TEST_CASE("packed_stream packs as pack_bits does, for every width and block offset") {
+  check_packed_stream<std::uint8_t, 1>();
+  check_packed_stream<std::uint8_t, 2>();
+  check_packed_stream<std::uint8_t, 3>();
+  check_packed_stream<std::uint8_t, 4>();
+  check_packed_stream<std::uint8_t, 8>();
+  check_packed_stream<std::uint16_t, 9>();
+}
