@@ -800,7 +800,7 @@ class compressor {
             const std::size_t i1 = std::min(nb, i0 + block);
             unpack_codes<code_type, code_bits>(values, b0 + i0, i1 - i0, codes + i0);
             const meta_type mt = gs ? group_meta(h, f, (b0 + i0) / gs) : meta_type{};
-            constexpr bool prepared = decltype(prepare(mt, i0, i1))::value;
+            [[maybe_unused]] constexpr bool prepared = decltype(prepare(mt, i0, i1))::value;
             prepare(mt, i0, i1);
             if constexpr (Sparsifier::is_dense) {
               T* to = region + b0;

@@ -1,10 +1,13 @@
 #include <gradcomp/core/reduce.hpp>
 #include <gradcomp/cpu/compact.hpp>
+#include <gradcomp/cpu/dispatch.hpp>
 
 #include <doctest/doctest.h>
 
 #include <cmath>
+#include <cstdint>
 #include <initializer_list>
+#include <random>
 #include <vector>
 
 #include "support/random.hpp"
@@ -35,6 +38,44 @@ TEST_CASE("tree_sum follows the documented order bit for bit") {
   }
   const float ones[3] = {1.0f, 2.0f, 4.0f};
   CHECK(tree_sum(ones, 3) == 7.0f);
+}
+
+TEST_CASE("tree_sum matches the documented order for every n, mixed magnitudes and signs") {
+  // Random signs, exponents over 2^-20 .. 2^20 and mantissas, with some +-0: any change in the
+  // order of the additions changes some of these sums' bits.
+  std::mt19937 gen(20240611);
+  std::vector<float> x(max_tree_sum);
+  for (auto& v : x) {
+    const std::uint32_t r = static_cast<std::uint32_t>(gen());
+    const std::uint32_t magnitude = (107u + (r >> 5) % 41u) << 23 | (static_cast<std::uint32_t>(gen()) & 0x7fffffu);
+    v = bits_float((r & 0x80000000u) | ((r & 31u) == 0 ? 0u : magnitude));
+  }
+  const auto square = [](float a) { return a * a; };
+  for (std::size_t n = 0; n <= max_tree_sum; ++n) {
+    CAPTURE(n);
+    const std::vector<float> head(x.begin(), x.begin() + static_cast<std::ptrdiff_t>(n));
+    std::vector<float> squares(n);
+    for (std::size_t i = 0; i < n; ++i) squares[i] = square(x[i]);
+    const std::uint32_t want = float_bits(reference_tree_sum(head));
+    const std::uint32_t want_squares = float_bits(reference_tree_sum(squares));
+    float got[4];
+    got[0] = tree_sum(x.data(), n);
+    got[1] = tree_sum(x.data(), n, square);
+    cpu::run_best([&]() GRADCOMP_LOOP_BODY {  // the AVX2 build of the loops, where the CPU has it
+      got[2] = tree_sum(x.data(), n);
+      got[3] = tree_sum(x.data(), n, square);
+    });
+    const bool same = float_bits(got[0]) == want && float_bits(got[1]) == want_squares &&
+                      float_bits(got[2]) == want && float_bits(got[3]) == want_squares;
+    CHECK(same);  // one check per n, not four
+  }
+  // -0 sums: -0 only where no +0 padding is added (n a power of two).
+  const std::vector<float> zeros(64, -0.0f);
+  for (std::size_t n : {1u, 2u, 3u, 4u, 5u, 8u, 16u, 17u, 32u, 64u}) {
+    CAPTURE(n);
+    const std::vector<float> head(zeros.begin(), zeros.begin() + static_cast<std::ptrdiff_t>(n));
+    CHECK(float_bits(tree_sum(zeros.data(), n)) == float_bits(reference_tree_sum(head)));
+  }
 }
 
 TEST_CASE("max_abs") {

@@ -3,8 +3,11 @@
 //
 // tree_sum: the n values (n <= max_tree_sum) are padded with +0 to the next power of two P;
 // then, while P > 1: P /= 2 and v[i] = v[i] + v[i + P] for i < P. This is the order of a
-// shared-memory reduction that halves its stride, and on the CPU each level is one
-// vectorisable loop. max_abs compares the bits of |x| (order-free; NaN ranks highest).
+// shared-memory reduction that halves its stride. tree_sum runs the first level alone (it
+// holds the padding), then three levels per pass (tree8: the same additions, operand for
+// operand): one vectorisable loop per pass, whose partial sums stay in registers instead of
+// being stored and reloaded after every level. max_abs compares the bits of |x| (order-free;
+// NaN ranks highest).
 
 #include <cstddef>
 #include <cstdint>
@@ -14,6 +17,13 @@
 namespace gradcomp {
 
 inline constexpr std::size_t max_tree_sum = 4096;
+
+namespace detail {
+// Three levels at once, of strides 4q, 2q and q: w[0] after them, from w[k * q] for k < 8.
+GRADCOMP_HD GRADCOMP_INLINE float tree8(const float* w, std::size_t q) {
+  return ((w[0] + w[4 * q]) + (w[2 * q] + w[6 * q])) + ((w[q] + w[5 * q]) + (w[3 * q] + w[7 * q]));
+}
+}  // namespace detail
 
 // Sum of f(x[i]) for i < n in the documented tree order. Precondition: n <= max_tree_sum.
 template <class F>
@@ -28,11 +38,12 @@ GRADCOMP_HD GRADCOMP_INLINE float tree_sum(const float* x, std::size_t n, F f) {
   const std::size_t full = n - p;  // i < full has a partner x[i + p]
   for (std::size_t i = 0; i < full; ++i) v[i] = f(x[i]) + f(x[i + p]);
   for (std::size_t i = full; i < p; ++i) v[i] = f(x[i]) + 0.0f;
-  while (p > 1) {
-    p /= 2;
-    for (std::size_t i = 0; i < p; ++i) v[i] = v[i] + v[i + p];
-  }
-  return v[0];
+  // Three levels per pass: v[i] from v[i + k * p / 8], k < 8 (no iteration reads what another
+  // writes); then the last one or two levels, if any.
+  for (; p >= 8; p /= 8)
+    for (std::size_t i = 0; i < p / 8; ++i) v[i] = detail::tree8(v + i, p / 8);
+  if (p == 4) return (v[0] + v[2]) + (v[1] + v[3]);
+  return p == 2 ? v[0] + v[1] : v[0];
 }
 
 GRADCOMP_HD GRADCOMP_INLINE float tree_sum(const float* x, std::size_t n) {

@@ -79,7 +79,7 @@ struct fp8 {
   GRADCOMP_HD static constexpr bool stochastic(const config&) { return false; }
   GRADCOMP_HD static constexpr std::size_t group_size(const config& c) { return c.group; }
 
-  GRADCOMP_HD static meta fit(const config&, const float* x, std::size_t n) {
+  GRADCOMP_HD GRADCOMP_INLINE static meta fit(const config&, const float* x, std::size_t n) {
     const std::uint32_t a = abs_key(max_abs(x, n));
     // max|x| = 1.f * 2^e; max|x| / 2^(e - emax) = 1.f * 2^emax fits max = 1.75 * 2^emax when
     // 1.f <= 1.75 (mantissa bits <= 0x600000), else one more power of two is needed.

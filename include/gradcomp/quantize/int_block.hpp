@@ -68,7 +68,7 @@ struct int_block {
   GRADCOMP_HD static bool stochastic(const config& c) { return c.round == rounding::stochastic; }
   GRADCOMP_HD static std::size_t group_size(const config& c) { return c.group; }
 
-  GRADCOMP_HD static meta fit(const config&, const float* x, std::size_t n) {
+  GRADCOMP_HD GRADCOMP_INLINE static meta fit(const config&, const float* x, std::size_t n) {
     meta m;
     if constexpr (asymmetric) {
       // Smallest and largest x in the order of order_key (integer min and max: they

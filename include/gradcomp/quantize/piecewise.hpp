@@ -40,9 +40,8 @@
 // groups of 128 this set's error is within 2% of a 512-breakpoint search at 3 and 4 bits,
 // and within 25% at 8 bits (where it is already a quarter of int_block<8>'s).
 // Cost: 16 quantize-and-sum passes over each group, branch-free and vectorised (about 40
-// vector instructions per 8 values and candidate), plus 16 tree_sums: fit() dominates
-// compression, roughly 20 to 50 times int_block's time per value (tree_sum, a scalar loop,
-// is about half of it with GCC).
+// vector instructions per 8 values and candidate, the squares summed inside tree_sum):
+// fit() dominates compression, roughly 20 to 50 times int_block's time per value.
 //
 // Metadata per group: f32 M, then u8 k (5 bytes); p = M * (k / 32) is recomputed by the
 // receiver. check_meta rejects a non-finite M (errc::non_finite_value: the sender's group held
@@ -122,9 +121,6 @@ struct piecewise {
     const float max = max_abs(x, n);
     // Errors are scaled by 2^-e with 2^e near M: exact, and their squares stay below 16.
     const float scale = pow2_normalizer(max);
-#if !GRADCOMP_DEVICE_CODE
-    float sq[max_group_size];  // squared errors of one candidate: a loop that vectorises
-#endif
     std::uint8_t best = 1;
     float best_err = 0.0f;
     for (std::uint8_t k = 1; k <= candidates; ++k) {
@@ -133,12 +129,7 @@ struct piecewise {
         const float d = (v - value(m, split(m, v, 0, false))) * scale;
         return d * d;
       };
-#if GRADCOMP_DEVICE_CODE
-      const float err = tree_sum(x, n, squared_error);  // the same sums, less stack
-#else
-      for (std::size_t i = 0; i < n; ++i) sq[i] = squared_error(x[i]);
-      const float err = tree_sum(sq, n);
-#endif
+      const float err = tree_sum(x, n, squared_error);  // vectorised inside tree_sum, no array of errors
       // Strictly smaller wins, so ties keep the smaller p (and NaN, a poisoned group, keeps k = 1).
       if (k == 1 || err < best_err) {
         best = k;

@@ -76,7 +76,7 @@ struct qsgd {
   GRADCOMP_HD static bool stochastic(const config&) { return true; }
   GRADCOMP_HD static std::size_t group_size(const config& c) { return c.group; }
 
-  GRADCOMP_HD static meta fit(const config& c, const float* x, std::size_t n) {
+  GRADCOMP_HD GRADCOMP_INLINE static meta fit(const config& c, const float* x, std::size_t n) {
     const float amax = max_abs(x, n);
     const float k = pow2_normalizer(amax);  // k * x exact, squares neither overflow nor vanish
     const float sum = tree_sum(x, n, [k](float v) { return square_rn(v * k); });

@@ -49,7 +49,7 @@ struct sign {
   GRADCOMP_HD static bool stochastic(const config&) { return false; }
   GRADCOMP_HD static std::size_t group_size(const config& c) { return c.group; }
 
-  GRADCOMP_HD static meta fit(const config&, const float* x, std::size_t n) {
+  GRADCOMP_HD GRADCOMP_INLINE static meta fit(const config&, const float* x, std::size_t n) {
     const float count = static_cast<float>(n);  // n <= 4096: exact
     meta m;
     m.scale = tree_sum(x, n, [](float v) { return bits_float(abs_key(v)); }) / count;

@@ -56,7 +56,7 @@ struct terngrad {
   GRADCOMP_HD static std::size_t group_size(const config& c) { return c.group; }
 
   // s = max|x| needs no nudge: +-1 * s is s itself, finite whenever the inputs are.
-  GRADCOMP_HD static meta fit(const config&, const float* x, std::size_t n) {
+  GRADCOMP_HD GRADCOMP_INLINE static meta fit(const config&, const float* x, std::size_t n) {
     meta m;
     m.scale = max_abs(x, n);
     if (m.scale > 0.0f && is_finite_bits(float_bits(m.scale))) {
