@@ -778,7 +778,6 @@ class compressor {
       const std::size_t gs = Quantizer::group_size(qc), block = gs ? gs : ungrouped_block;
       const std::size_t batch = block * batch_groups(gs);
       const std::byte* values = f + h.value_offset();
-      const bool avx2 = cpu::avx2_active();
       alignas(64) code_type codes[max_group_size + 8];
       alignas(64) T decoded[max_group_size];
       alignas(64) std::uint32_t where[Sparsifier::is_dense ? 1 : max_group_size];
@@ -815,8 +814,8 @@ class compressor {
               } else if (streaming) {  // (a group at a time: stores interleaved with the decoding)
                 if constexpr (!prepared)
                   for (std::size_t i = i0; i < i1; ++i) decoded[i] = from_float<T>(value_of(mt, i));
-                cpu::detail::stream_tile(reinterpret_cast<std::byte*>(to + i0),
-                                         reinterpret_cast<const std::byte*>(decoded + i0), (i1 - i0) * sizeof(T), avx2);
+                cpu::detail::copy_tile(reinterpret_cast<std::byte*>(to + i0),
+                                       reinterpret_cast<const std::byte*>(decoded + i0), (i1 - i0) * sizeof(T), true);
               } else {
                 for (std::size_t i = i0; i < i1; ++i) to[i] = from_float<T>(value_of(mt, i));
               }

@@ -124,9 +124,7 @@ struct fp8 {
     }
     for (; i < n; ++i) out[i] = encode(c, m, x[i], 0);
   }
-#endif
 
-#if GRADCOMP_CPU_DISPATCH
   // decode() of codes[0, n) into out[0, n), eight at a time with AVX2: the same floats.
   GRADCOMP_TARGET_AVX2 static void decode_avx2(const config& c, const meta& m, const code_type* codes, std::size_t n,
                                               float* out) {
