@@ -227,3 +227,59 @@ TEST_CASE("int_block: error feedback keeps what rounding lost") {
   for (std::size_t i = 0; i < g.size(); ++i)
     CHECK(sent[i] + st.residual[i] == doctest::Approx(total[i]).epsilon(1e-4).scale(1e-3));
 }
+
+#if GRADCOMP_CPU_DISPATCH
+namespace {
+// encode_avx2 against encode(), value by value, for groups whose scales span the float range
+// (so both of its product forms run) and hold zeros, subnormals, infinities and NaN.
+template <class Q>
+void check_avx2_encoder() {
+  const typename Q::config c{};
+  std::vector<float> x = test::heavy_tailed(4096, 17);
+  const float group_max[] = {1e-45f, 3e-42f, 1e-39f, 1e-30f, 1e-3f, 1.0f, 5e30f, 1e37f, 3.4e38f};
+  std::uint64_t s = 0x243f6a8885a308d3ull;
+  for (float amax : group_max) {
+    CAPTURE(amax);
+    std::vector<float> g(1024 + 27);  // n % 32 != 0: the scalar tail runs too
+    for (float& v : g) {
+      s = s * 6364136223846793005ull + 1442695040888963407ull;
+      v = amax * (static_cast<float>(static_cast<std::int32_t>(s >> 32)) / 2147483648.0f);
+    }
+    g[0] = amax;
+    g[1] = 0.0f;
+    g[2] = -0.0f;
+    g[3] = std::numeric_limits<float>::denorm_min();
+    for (const bool poison : {false, true}) {
+      if (poison) g[5] = std::numeric_limits<float>::quiet_NaN(), g[6] = -std::numeric_limits<float>::infinity();
+      const typename Q::meta m = Q::fit(c, g.data(), g.size());
+      std::vector<std::uint8_t> fast(g.size() + 1, 0xaa);  // + 1: a guard byte past n
+      Q::encode_avx2(c, m, g.data(), g.size(), fast.data());
+      REQUIRE(fast.back() == 0xaa);
+      for (std::size_t i = 0; i < g.size(); ++i) {
+        if (fast[i] != Q::encode(c, m, g[i], 0)) {
+          CAPTURE(i);
+          CAPTURE(g[i]);
+          REQUIRE(fast[i] == Q::encode(c, m, g[i], 0));
+        }
+      }
+    }
+  }
+  // A group's meta applied to values beyond its range (as after a sparsifier's residual): the clamp.
+  const float small = 1e-4f;
+  const typename Q::meta m = Q::fit(c, &small, 1);
+  std::vector<std::uint8_t> fast(x.size());
+  Q::encode_avx2(c, m, x.data(), x.size(), fast.data());
+  for (std::size_t i = 0; i < x.size(); ++i) REQUIRE(fast[i] == Q::encode(c, m, x[i], 0));
+}
+}  // namespace
+
+TEST_CASE_TEMPLATE("int_block: the AVX2 encoder gives encode()'s codes", Q, quantize::int_block<8>, quantize::int_block<4>,
+                   quantize::int_block<2>, quantize::int_block<8, int_range::asymmetric>,
+                   quantize::int_block<4, int_range::asymmetric>) {
+  if (!cpu::avx2_active()) {
+    MESSAGE("no AVX2 on this CPU: skipped");
+    return;
+  }
+  check_avx2_encoder<Q>();
+}
+#endif

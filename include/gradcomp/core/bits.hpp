@@ -51,6 +51,8 @@ GRADCOMP_HD inline float from_order_key(std::int32_t k) {
 GRADCOMP_HD inline std::uint32_t abs_key(float x) { return float_bits(x) & 0x7fffffffu; }
 
 GRADCOMP_HD inline bool is_finite_bits(std::uint32_t u) { return (u & 0x7f800000u) != 0x7f800000u; }
+// Neither zero, subnormal, infinite nor NaN.
+GRADCOMP_HD inline bool is_normal_bits(std::uint32_t u) { return is_finite_bits(u) && (u & 0x7f800000u) != 0; }
 
 // x, with any NaN replaced by the quiet NaN 0x7fc00000. Arithmetic on NaN keeps an operand's
 // payload on x86 but returns 0x7fffffff on CUDA; results of shared arithmetic pass through

@@ -162,6 +162,16 @@ GRADCOMP_TARGET_AVX2 inline std::size_t unpack9_avx2(const std::byte* in, std::s
   }
   return i;
 }
+
+// 32 byte codes, held in the 32-bit lanes of four vectors (values 0..255), stored in order.
+__attribute__((target("avx2"), always_inline)) inline void store_codes32_avx2(__m256i c0, __m256i c1, __m256i c2,
+                                                                             __m256i c3, std::uint8_t* out) {
+  // packus works within 128-bit halves: bytes come out as c0[0..3] c1[0..3] c2[0..3] c3[0..3]
+  // | c0[4..7] c1[4..7] ...; the dword permute puts each vector's two quarters together.
+  const __m256i bytes = _mm256_packus_epi16(_mm256_packus_epi32(c0, c1), _mm256_packus_epi32(c2, c3));
+  const __m256i ordered = _mm256_permutevar8x32_epi32(bytes, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(out), ordered);
+}
 #endif
 }  // namespace detail
 

@@ -104,6 +104,37 @@ struct int_block {
     return static_cast<code_type>(q + (asymmetric ? 0 : static_cast<int>(levels)));
   }
 
+#if GRADCOMP_CPU_DISPATCH
+  // encode() with nearest rounding of x[0, n) into out[0, n), 32 values at a time with AVX2:
+  // the same codes. Where pre * inv is a normal float (every group but those with scales
+  // near the ends of the float range), t * (pre * inv) replaces (t * pre) * inv: t * pre is
+  // exact unless it underflows, and then both products lie below 2^-126 and round to 0. The
+  // clamp is a max then a min, which take the bound for NaN as clamp_float does.
+  GRADCOMP_TARGET_AVX2 static void encode_avx2(const config& c, const meta& m, const float* x, std::size_t n,
+                                               code_type* out) {
+    const float factor = m.pre * m.inv;
+    const bool one_product = is_normal_bits(float_bits(factor));
+    const __m256 pre = _mm256_set1_ps(one_product ? factor : m.pre), inv = _mm256_set1_ps(m.inv);
+    const __m256 lo = _mm256_set1_ps(m.lo), bottom = _mm256_set1_ps(asymmetric ? 0.0f : -levels),
+                 top = _mm256_set1_ps(levels), shift = _mm256_set1_ps(round_shift);
+    // round_even_int(y) + offset in one subtraction from the bits of y + round_shift
+    const __m256i base = _mm256_set1_epi32(static_cast<int>(float_bits(round_shift)) - (asymmetric ? 0 : int(levels)));
+    const auto eight = [&](const float* p) __attribute__((always_inline, target("avx2"))) {
+      __m256 t = _mm256_loadu_ps(p);
+      if constexpr (asymmetric) t = _mm256_sub_ps(t, lo);
+      t = _mm256_mul_ps(t, pre);
+      if (!one_product) t = _mm256_mul_ps(t, inv);
+      const __m256 y = _mm256_min_ps(_mm256_max_ps(t, bottom), top);
+      return _mm256_sub_epi32(_mm256_castps_si256(_mm256_add_ps(y, shift)), base);
+    };
+    std::size_t i = 0;
+    if (c.round == rounding::nearest)
+      for (; i + 32 <= n; i += 32)
+        detail::store_codes32_avx2(eight(x + i), eight(x + i + 8), eight(x + i + 16), eight(x + i + 24), out + i);
+    for (; i < n; ++i) out[i] = encode(c, m, x[i], 0);
+  }
+#endif
+
   GRADCOMP_HD static float decode(const config&, const meta& m, code_type code) {
     const float q = static_cast<float>(static_cast<int>(code) - (asymmetric ? 0 : static_cast<int>(levels)));
     return asymmetric ? m.lo + q * m.scale : q * m.scale;
