@@ -104,7 +104,7 @@ __attribute__((target("avx2,sse4.2"), always_inline)) inline void finish_block(s
 }
 
 template <class Code, bool Streaming, class CodeAt, class Prefetch>
-__attribute__((target("avx2,sse4.2"))) std::uint32_t write_codes_pipelined(std::size_t tiles, CodeAt& code,
+GRADCOMP_VECTORIZE __attribute__((target("avx2,sse4.2"))) std::uint32_t write_codes_pipelined(std::size_t tiles, CodeAt& code,
                                                                              Prefetch& ahead, std::byte* out,
                                                                              std::uint32_t crc) {
   // Per block: 32 codes encoded (a loop long enough to vectorise with any code size) and
