@@ -811,11 +811,9 @@ class compressor {
               if (add) {
                 for (std::size_t i = i0; i < i1; ++i)
                   to[i] = from_float<T>(canonical_nan(to_float(to[i]) + value_of(mt, i)));
-              } else if (streaming) {  // (a group at a time: stores interleaved with the decoding)
+              } else if (streaming) {  // stored below, a batch at a time
                 if constexpr (!prepared)
                   for (std::size_t i = i0; i < i1; ++i) decoded[i] = from_float<T>(value_of(mt, i));
-                cpu::detail::copy_tile(reinterpret_cast<std::byte*>(to + i0),
-                                       reinterpret_cast<const std::byte*>(decoded + i0), (i1 - i0) * sizeof(T), true);
               } else {
                 for (std::size_t i = i0; i < i1; ++i) to[i] = from_float<T>(value_of(mt, i));
               }
@@ -830,6 +828,11 @@ class compressor {
               }
             }
           }
+          // One streaming copy per batch: a copy per group of 128 measured 1.08-1.17x the
+          // decompress time (int8, int4, sign).
+          if (streaming)
+            cpu::detail::copy_tile(reinterpret_cast<std::byte*>(region + b0), reinterpret_cast<const std::byte*>(decoded),
+                                   nb * sizeof(T), true);
         }
       };
       const auto nothing = [](const meta_type&, std::size_t, std::size_t) { return std::false_type{}; };
