@@ -388,4 +388,28 @@ TEST_CASE_TEMPLATE("fp8: the AVX2 encoder gives encode()'s codes for every round
     check_avx2_encoder<Q>(scaled, Q::fit(scaled, &amax, 1), x);
   }
 }
+TEST_CASE_TEMPLATE("fp8: the AVX2 decoder gives decode()'s bits for every code", Q, fp8_e4m3, fp8_e5m2) {
+  if (!cpu::avx2_active()) {
+    MESSAGE("no AVX2 on this CPU: skipped");
+    return;
+  }
+  std::vector<std::uint8_t> codes(256 + 5);  // every code, and a tail past a multiple of 8
+  for (std::size_t i = 0; i < codes.size(); ++i) codes[i] = static_cast<std::uint8_t>(i * 37 % 256);
+  for (std::size_t i = 0; i < 256; ++i) codes[i] = static_cast<std::uint8_t>(i);
+  const auto check = [&](const typename Q::config& c, const typename Q::meta& m) {
+    std::vector<float> fast(codes.size() + 1, 5.0f);  // + 1: a guard past n
+    Q::decode_avx2(c, m, codes.data(), codes.size(), fast.data());
+    REQUIRE(float_bits(fast.back()) == float_bits(5.0f));
+    for (std::size_t i = 0; i < codes.size(); ++i) {
+      CAPTURE(i);
+      REQUIRE(float_bits(fast[i]) == float_bits(Q::decode(c, m, codes[i])));
+    }
+  };
+  check({}, {});
+  const typename Q::config scaled{.group = 128};
+  for (const float amax : {1e-30f, 1e-3f, 1.0f, 3e5f, 3e38f}) {
+    CAPTURE(amax);
+    check(scaled, Q::fit(scaled, &amax, 1));
+  }
+}
 #endif
