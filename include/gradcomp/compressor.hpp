@@ -562,10 +562,12 @@ class compressor {
         const float* const x = load(m0, n, xs);
         if (gs) {
           const std::size_t first = gs ? m0 / gs : 0;  // (a ?: keeps nvcc from flagging / 0 for casts)
-          for (std::size_t q = 0; q < groups; ++q) {
-            metas[q] = Quantizer::fit(qc, x + q * gs, std::min(gs, n - q * gs));
-            Quantizer::store_meta(metas[q], meta + (first + q) * Quantizer::meta_bytes);
-          }
+          std::size_t q = 0;
+          if constexpr (has_avx2_fitter<Quantizer>)
+            if (avx2 && gs % 8 == 0)
+              for (; q + 8 <= n / gs; q += 8) Quantizer::fit8_avx2(qc, x + q * gs, gs, metas + q);
+          for (; q < groups; ++q) metas[q] = Quantizer::fit(qc, x + q * gs, std::min(gs, n - q * gs));
+          for (q = 0; q < groups; ++q) Quantizer::store_meta(metas[q], meta + (first + q) * Quantizer::meta_bytes);
         }
         if (stochastic) fill_random(random, m0, n, h.chunk_id, h.step);
         for (std::size_t q = 0; q < groups; ++q) {

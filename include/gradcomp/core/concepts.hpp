@@ -125,6 +125,14 @@ concept has_avx2_decoder = quantizer_decode<Q> && requires(const typename Q::con
   Q::decode_avx2(c, m, codes, std::size_t{}, out);
 };
 
+// Optional, likewise: fit8_avx2(c, x, gs, metas) writes fit(c, x + q * gs, gs) to metas[q] for
+// q < 8 (eight whole groups, gs a multiple of 8).
+template <class Q>
+concept has_avx2_fitter = quantizer_groups<Q> && requires(const typename Q::config& c, const float* x,
+                                                          typename Q::meta* metas) {
+  Q::fit8_avx2(c, x, std::size_t{}, metas);
+};
+
 // Defaults for quantizers without groups or randomness (casts): derive and add encode/decode.
 struct ungrouped_quantizer {
   using policy_kind = quantizer_tag;

@@ -105,6 +105,59 @@ struct int_block {
   }
 
 #if GRADCOMP_CPU_DISPATCH
+  // fit() of eight groups of gs values each (gs a multiple of 8) at once, with AVX2:
+  // metas[q] = fit(c, x + q * gs, gs), the same bits. The eight extremes are found side by
+  // side, and the scalar tail of fit (two divisions, the checks) runs once, in vectors.
+  GRADCOMP_TARGET_AVX2 static void fit8_avx2(const config&, const float* x, std::size_t gs, meta* metas) {
+    const __m256 zero = _mm256_setzero_ps(), top = _mm256_set1_ps(levels);
+    const __m256i exponent = _mm256_set1_epi32(0x7f800000);
+    const auto finite = [&](__m256 v) __attribute__((always_inline, target("avx2"))) {  // as a lane mask
+      return _mm256_xor_si256(_mm256_cmpeq_epi32(_mm256_and_si256(_mm256_castps_si256(v), exponent), exponent),
+                              _mm256_set1_epi32(-1));
+    };
+    __m256 lo = zero, scale;
+    if constexpr (asymmetric) {
+      const auto key = [&](__m256i b) __attribute__((always_inline, target("avx2"))) {  // order_key, an involution
+        return _mm256_xor_si256(b, _mm256_and_si256(_mm256_srai_epi32(b, 31), _mm256_set1_epi32(0x7fffffff)));
+      };
+      __m256i low[8], high[8];
+      for (std::size_t q = 0; q < 8; ++q) low[q] = high[q] = key(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(x + q * gs)));
+      for (std::size_t j = 8; j < gs; j += 8)
+        for (std::size_t q = 0; q < 8; ++q) {
+          const __m256i k = key(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(x + q * gs + j)));
+          low[q] = _mm256_min_epi32(low[q], k);
+          high[q] = _mm256_max_epi32(high[q], k);
+        }
+      lo = _mm256_castsi256_ps(key(detail::reduce_lanes8_avx2(
+          low, [&](__m256i a, __m256i b) __attribute__((always_inline, target("avx2"))) { return _mm256_min_epi32(a, b); })));
+      const __m256 hi = _mm256_castsi256_ps(key(detail::reduce_lanes8_avx2(
+          high, [&](__m256i a, __m256i b) __attribute__((always_inline, target("avx2"))) { return _mm256_max_epi32(a, b); })));
+      scale = _mm256_sub_ps(_mm256_div_ps(hi, top), _mm256_div_ps(lo, top));
+    } else {
+      scale = _mm256_div_ps(_mm256_castsi256_ps(detail::max_abs8_avx2(x, gs)), top);
+    }
+    for (int i = 0; i < 2; ++i) {  // the largest code must decode to a finite value (see fit)
+      const __m256 largest = asymmetric ? _mm256_add_ps(lo, _mm256_mul_ps(top, scale)) : _mm256_mul_ps(top, scale);
+      const __m256i positive = _mm256_castps_si256(_mm256_cmp_ps(scale, zero, _CMP_GT_OQ));
+      const __m256i fix = _mm256_and_si256(_mm256_and_si256(positive, finite(scale)), _mm256_andnot_si256(finite(largest), _mm256_set1_epi32(-1)));
+      scale = _mm256_castsi256_ps(_mm256_add_epi32(_mm256_castps_si256(scale), fix));  // fix is -1 or 0
+    }
+    // set_inverse: pre = pow2_normalizer(scale), inv = 1 / (scale * pre); 1 and 0 where the
+    // scale is zero or not finite
+    const __m256i usable = _mm256_and_si256(_mm256_castps_si256(_mm256_cmp_ps(scale, zero, _CMP_GT_OQ)), finite(scale));
+    __m256i e = _mm256_srli_epi32(_mm256_castps_si256(scale), 23);
+    e = _mm256_min_epi32(_mm256_max_epi32(e, _mm256_set1_epi32(1)), _mm256_set1_epi32(253));
+    __m256 pre = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_sub_epi32(_mm256_set1_epi32(254), e), 23));
+    const __m256 inv = _mm256_and_ps(_mm256_div_ps(_mm256_set1_ps(1.0f), _mm256_mul_ps(scale, pre)), _mm256_castsi256_ps(usable));
+    pre = _mm256_blendv_ps(_mm256_set1_ps(1.0f), pre, _mm256_castsi256_ps(usable));
+    alignas(32) float fields[4][8];
+    _mm256_store_ps(fields[0], scale);
+    _mm256_store_ps(fields[1], lo);
+    _mm256_store_ps(fields[2], pre);
+    _mm256_store_ps(fields[3], inv);
+    for (std::size_t q = 0; q < 8; ++q) metas[q] = {fields[0][q], fields[1][q], fields[2][q], fields[3][q]};
+  }
+
   // encode() with nearest rounding of x[0, n) into out[0, n), 32 values at a time with AVX2:
   // the same codes. Where pre * inv is a normal float (every group but those with scales
   // near the ends of the float range), t * (pre * inv) replaces (t * pre) * inv: t * pre is
