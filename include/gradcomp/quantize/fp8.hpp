@@ -130,10 +130,13 @@ struct fp8 {
                                               float* out) {
     if constexpr (!e4m3)
       if (detail::cpu_has_f16c()) return decode_e5m2_f16c(c, m, codes, n, out);
+    // Locals: the vector stores may alias anything, and c.group would be reloaded per store.
+    const bool scaled = c.group != 0;
+    const __m256 scale = _mm256_set1_ps(m.scale);
     std::size_t i = 0;
     for (; i + 8 <= n; i += 8) {
       const __m128i eight = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(codes + i));
-      _mm256_storeu_ps(out + i, scale_avx2(c, m, detail::float_from_fp8_bits_avx2<e4m3>(_mm256_cvtepu8_epi32(eight))));
+      _mm256_storeu_ps(out + i, scale_avx2(scaled, scale, detail::float_from_fp8_bits_avx2<e4m3>(_mm256_cvtepu8_epi32(eight))));
     }
     for (; i < n; ++i) out[i] = decode(c, m, codes[i]);
   }
@@ -144,19 +147,21 @@ struct fp8 {
   __attribute__((target("avx2,f16c"))) static void decode_e5m2_f16c(const config& c, const meta& m,
                                                                      const code_type* codes, std::size_t n, float* out) {
     const __m256 nan = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fc00000));
+    const bool scaled = c.group != 0;
+    const __m256 scale = _mm256_set1_ps(m.scale);
     std::size_t i = 0;
     for (; i + 8 <= n; i += 8) {
       const __m128i eight = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(codes + i));
       const __m256 v = _mm256_cvtph_ps(_mm_slli_epi16(_mm_cvtepu8_epi16(eight), 8));
-      _mm256_storeu_ps(out + i, scale_avx2(c, m, _mm256_blendv_ps(v, nan, _mm256_cmp_ps(v, v, _CMP_UNORD_Q))));
+      _mm256_storeu_ps(out + i, scale_avx2(scaled, scale, _mm256_blendv_ps(v, nan, _mm256_cmp_ps(v, v, _CMP_UNORD_Q))));
     }
     for (; i < n; ++i) out[i] = decode(c, m, codes[i]);
   }
 
   // canonical_nan(v * scale) when scaled, else v.
-  __attribute__((target("avx2"), always_inline)) static __m256 scale_avx2(const config& c, const meta& m, __m256 v) {
-    if (c.group == 0) return v;
-    const __m256i u = _mm256_castps_si256(_mm256_mul_ps(v, _mm256_set1_ps(m.scale)));
+  __attribute__((target("avx2"), always_inline)) static __m256 scale_avx2(bool scaled, __m256 scale, __m256 v) {
+    if (!scaled) return v;
+    const __m256i u = _mm256_castps_si256(_mm256_mul_ps(v, scale));
     const __m256i nan = _mm256_cmpgt_epi32(_mm256_and_si256(u, _mm256_set1_epi32(0x7fffffff)), _mm256_set1_epi32(0x7f800000));
     return _mm256_castsi256_ps(_mm256_blendv_epi8(u, _mm256_set1_epi32(0x7fc00000), nan));
   }
