@@ -63,6 +63,8 @@ TEST_CASE("AVX2 and baseline loops give identical payloads, residuals and sums")
   check_same(compressor<partition::whole, sparsify::dense, quantize::fp16, feedback::residual>{}, g);
   check_same(compressor<partition::whole, sparsify::dense, quantize::fp8_e4m3, feedback::none>{}, g);
   check_same(compressor<partition::whole, sparsify::dense, quantize::int_block<8>, feedback::none>{}, g);
+  check_same(compressor<partition::whole, sparsify::dense, quantize::sign, feedback::residual>{}, g);
+  check_same(compressor<partition::whole, sparsify::dense, quantize::fp8_e4m3, feedback::none>({.quantize = {.group = 128}}), g);
   check_same(compressor<partition::whole, sparsify::dense, quantize::int_block<4, quantize::int_range::asymmetric>, feedback::residual>{}, g);
   check_same(compressor<partition::chunks, sparsify::topk, quantize::int_block<2>, feedback::residual>({.sparsify = {.density = 0.01}}), g);
   check_same(compressor<partition::whole, sparsify::dense, quantize::fp8_e5m2, feedback::none>({.quantize = {.group = 64}}), g);

@@ -412,4 +412,26 @@ TEST_CASE_TEMPLATE("fp8: the AVX2 decoder gives decode()'s bits for every code",
     check(scaled, Q::fit(scaled, &amax, 1));
   }
 }
+TEST_CASE_TEMPLATE("fp8: the AVX2 fit of eight groups gives fit()'s metas", Q, fp8_e4m3, fp8_e5m2) {
+  if (!cpu::avx2_active()) {
+    MESSAGE("no AVX2 on this CPU: skipped");
+    return;
+  }
+  for (const std::size_t gs : {8u, 64u, 128u, 256u}) {
+    for (int round = 0; round < 40; ++round) {
+      CAPTURE(gs);
+      CAPTURE(round);
+      const std::vector<float> x = test::eight_groups(gs, round);
+      const typename Q::config c{.group = gs};
+      typename Q::meta fast[8];
+      Q::fit8_avx2(c, x.data(), gs, fast);
+      for (std::size_t q = 0; q < 8; ++q) {
+        CAPTURE(q);
+        const typename Q::meta m = Q::fit(c, x.data() + q * gs, gs);
+        CHECK(float_bits(fast[q].scale) == float_bits(m.scale));
+        CHECK(float_bits(fast[q].inv) == float_bits(m.inv));
+      }
+    }
+  }
+}
 #endif

@@ -292,29 +292,11 @@ TEST_CASE_TEMPLATE("int_block: the AVX2 fit of eight groups gives fit()'s metas"
     MESSAGE("no AVX2 on this CPU: skipped");
     return;
   }
-  constexpr float inf = std::numeric_limits<float>::infinity(), nan = std::numeric_limits<float>::quiet_NaN();
-  // Eight groups per case: scales from subnormal to the top of the float range, zeros,
-  // constant groups, ranges that overflow, NaN and infinities, at varied positions.
-  const float group_max[] = {1e-45f, 3e-42f, 1e-39f, 1e-30f, 1e-3f, 1.0f, 1e37f, 3.4e38f};
-  std::uint64_t s = 0x13198a2e03707344ull;
   for (const std::size_t gs : {8u, 64u, 128u, 256u}) {
     for (int round = 0; round < 40; ++round) {
       CAPTURE(gs);
       CAPTURE(round);
-      std::vector<float> x(8 * gs);
-      for (std::size_t q = 0; q < 8; ++q) {
-        const float amax = group_max[(q + static_cast<std::size_t>(round)) % 8];
-        for (std::size_t j = 0; j < gs; ++j) {
-          s = s * 6364136223846793005ull + 1442695040888963407ull;
-          const float u = static_cast<float>(static_cast<std::int32_t>(s >> 32)) / 2147483648.0f;
-          x[q * gs + j] = round % 5 == 1 ? amax : amax * (round % 5 == 2 ? std::abs(u) : u);  // constant, one-signed, mixed
-        }
-        if (round % 7 == 3) x[q * gs + (s >> 7) % gs] = q % 2 ? nan : -inf;
-        if (round % 11 == 4) x[q * gs + (s >> 9) % gs] = q % 3 ? 0.0f : inf;
-        if (round % 13 == 5 && q == 2) std::fill(x.begin() + static_cast<std::ptrdiff_t>(q * gs),
-                                                 x.begin() + static_cast<std::ptrdiff_t>((q + 1) * gs), 0.0f);
-        if (round % 17 == 6) x[q * gs] = -3.4e38f, x[q * gs + 1] = 3.4e38f;  // max - min overflows
-      }
+      const std::vector<float> x = test::eight_groups(gs, round);
       typename Q::meta fast[8];
       Q::fit8_avx2({}, x.data(), gs, fast);
       for (std::size_t q = 0; q < 8; ++q) {

@@ -6,9 +6,11 @@
 
 #include <doctest/doctest.h>
 
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <initializer_list>
+#include <limits>
 #include <vector>
 
 #include "codec.hpp"
@@ -79,6 +81,30 @@ void check_non_finite_input(typename C::config cfg, std::initializer_list<float>
 // Group metadata of the single frame of a payload: group q's meta bytes.
 inline const std::byte* meta_of(const std::vector<std::byte>& payload, std::size_t q, std::size_t meta_bytes) {
   return payload.data() + frame::header_bytes + q * meta_bytes;
+}
+
+// Eight groups of gs values for checking a quantizer's fit8_avx2 against its fit, case
+// `round` of many: scales from subnormal to the top of the float range, constant and
+// one-signed groups, zeros, NaN and infinities at varied places, ranges that overflow.
+inline std::vector<float> eight_groups(std::size_t gs, int round) {
+  constexpr float inf = std::numeric_limits<float>::infinity(), nan = std::numeric_limits<float>::quiet_NaN();
+  const float group_max[] = {1e-45f, 3e-42f, 1e-39f, 1e-30f, 1e-3f, 1.0f, 1e37f, 3.4e38f};
+  std::uint64_t s = 0x13198a2e03707344ull + static_cast<std::uint64_t>(round) * 0x9e3779b97f4a7c15ull;
+  std::vector<float> x(8 * gs);
+  for (std::size_t q = 0; q < 8; ++q) {
+    const float amax = group_max[(q + static_cast<std::size_t>(round)) % 8];
+    for (std::size_t j = 0; j < gs; ++j) {
+      s = s * 6364136223846793005ull + 1442695040888963407ull;
+      const float u = static_cast<float>(static_cast<std::int32_t>(s >> 32)) / 2147483648.0f;
+      x[q * gs + j] = round % 5 == 1 ? amax : amax * (round % 5 == 2 ? std::abs(u) : u);
+    }
+    if (round % 7 == 3) x[q * gs + (s >> 7) % gs] = q % 2 ? nan : -inf;
+    if (round % 11 == 4) x[q * gs + (s >> 9) % gs] = q % 3 ? 0.0f : inf;
+    if (round % 13 == 5 && q == 2)
+      for (std::size_t j = 0; j < gs; ++j) x[q * gs + j] = 0.0f;
+    if (round % 17 == 6) x[q * gs] = -3.4e38f, x[q * gs + 1] = 3.4e38f;  // max - min overflows
+  }
+  return x;
 }
 
 }  // namespace gradcomp::test

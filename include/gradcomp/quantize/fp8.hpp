@@ -102,6 +102,23 @@ struct fp8 {
   }
 
 #if GRADCOMP_CPU_DISPATCH
+  // fit() of eight groups of gs values each (gs a multiple of 8) at once, with AVX2:
+  // metas[q] = fit(c, x + q * gs, gs), the same bits (integer operations on max|x|'s bits).
+  GRADCOMP_TARGET_AVX2 static void fit8_avx2(const config&, const float* x, std::size_t gs, meta* metas) {
+    const __m256i a = detail::max_abs8_avx2(x, gs);
+    const __m256i above = _mm256_cmpgt_epi32(_mm256_and_si256(a, _mm256_set1_epi32(0x7fffff)), _mm256_set1_epi32(0x600000));
+    __m256i k = _mm256_sub_epi32(_mm256_sub_epi32(_mm256_srli_epi32(a, 23), _mm256_set1_epi32(127 + emax)), above);
+    k = _mm256_min_epi32(_mm256_max_epi32(k, _mm256_set1_epi32(k_min)), _mm256_set1_epi32(k_max));
+    const __m256i exponent = _mm256_set1_epi32(0x7f800000);
+    const __m256i finite = _mm256_cmpgt_epi32(exponent, a);  // a = |x| bits: below the exponent of infinity
+    const __m256i scale = _mm256_blendv_epi8(a, _mm256_slli_epi32(_mm256_add_epi32(k, _mm256_set1_epi32(127)), 23), finite);
+    const __m256i inv = _mm256_slli_epi32(_mm256_sub_epi32(_mm256_set1_epi32(127), k), 23);
+    alignas(32) std::uint32_t fields[2][8];
+    _mm256_store_si256(reinterpret_cast<__m256i*>(fields[0]), scale);
+    _mm256_store_si256(reinterpret_cast<__m256i*>(fields[1]), inv);
+    for (std::size_t q = 0; q < 8; ++q) metas[q] = {bits_float(fields[0][q]), bits_float(fields[1][q])};
+  }
+
   // encode() of x[0, n) into out[0, n), 32 values at a time with AVX2: the same codes (GCC 12
   // vectorises encode() poorly; see core/fp8.hpp). Call only where the CPU has AVX2.
   GRADCOMP_TARGET_AVX2 static void encode_avx2(const config& c, const meta& m, const float* x, std::size_t n,
