@@ -72,7 +72,8 @@ __attribute__((target("avx2"), always_inline)) inline __m256i reduce_lanes8_avx2
   for (int k = 0; k < 4; ++k)
     pairs[k] = op(_mm256_unpacklo_epi32(v[2 * k], v[2 * k + 1]), _mm256_unpackhi_epi32(v[2 * k], v[2 * k + 1]));
   for (int k = 0; k < 2; ++k)
-    quads[k] = op(_mm256_unpacklo_epi64(pairs[2 * k], pairs[2 * k + 1]), _mm256_unpackhi_epi64(pairs[2 * k], pairs[2 * k + 1]));
+    quads[k] = op(_mm256_unpacklo_epi64(pairs[2 * k], pairs[2 * k + 1]),
+                  _mm256_unpackhi_epi64(pairs[2 * k], pairs[2 * k + 1]));
   // each 128-bit half of quads[k] now holds groups 4k .. 4k + 3, from its half of the lanes
   return op(_mm256_permute2x128_si256(quads[0], quads[1], 0x20), _mm256_permute2x128_si256(quads[0], quads[1], 0x31));
 }
@@ -84,9 +85,12 @@ __attribute__((target("avx2"), always_inline)) inline __m256i max_abs8_avx2(cons
   __m256i m[8];
   for (auto& v : m) v = _mm256_setzero_si256();
   for (std::size_t j = 0; j < gs; j += 8)
-    for (std::size_t q = 0; q < 8; ++q)
-      m[q] = _mm256_max_epu32(m[q], _mm256_and_si256(magnitude, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x + q * gs + j))));
-  return reduce_lanes8_avx2(m, [&](__m256i a, __m256i b) __attribute__((always_inline, target("avx2"))) { return _mm256_max_epu32(a, b); });
+    for (std::size_t q = 0; q < 8; ++q) {
+      const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x + q * gs + j));
+      m[q] = _mm256_max_epu32(m[q], _mm256_and_si256(magnitude, v));
+    }
+  return reduce_lanes8_avx2(m, [&](__m256i a, __m256i b)
+                                   __attribute__((always_inline, target("avx2"))) { return _mm256_max_epu32(a, b); });
 }
 }  // namespace detail
 #endif

@@ -104,9 +104,8 @@ __attribute__((target("avx2,sse4.2"), always_inline)) inline void finish_block(s
 }
 
 template <class Code, bool Streaming, class CodeAt, class Prefetch>
-GRADCOMP_VECTORIZE __attribute__((target("avx2,sse4.2"))) std::uint32_t write_codes_pipelined(std::size_t tiles, CodeAt& code,
-                                                                             Prefetch& ahead, std::byte* out,
-                                                                             std::uint32_t crc) {
+GRADCOMP_VECTORIZE __attribute__((target("avx2,sse4.2"))) std::uint32_t write_codes_pipelined(
+    std::size_t tiles, CodeAt& code, Prefetch& ahead, std::byte* out, std::uint32_t crc) {
   // Per block: 32 codes encoded (a loop long enough to vectorise with any code size) and
   // 32 * sizeof(Code) bytes of the previous tile finished, 32 bytes at a time.
   constexpr std::size_t tile_bytes = code_tile_bytes, stream = pipelined_stream_bytes, block = 32;

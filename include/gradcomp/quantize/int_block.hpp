@@ -121,17 +121,24 @@ struct int_block {
         return _mm256_xor_si256(b, _mm256_and_si256(_mm256_srai_epi32(b, 31), _mm256_set1_epi32(0x7fffffff)));
       };
       __m256i low[8], high[8];
-      for (std::size_t q = 0; q < 8; ++q) low[q] = high[q] = key(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(x + q * gs)));
-      for (std::size_t j = 8; j < gs; j += 8)
+      for (std::size_t q = 0; q < 8; ++q) {
+        low[q] = _mm256_set1_epi32(0x7fffffff);
+        high[q] = _mm256_set1_epi32(-0x7fffffff - 1);
+      }
+      for (std::size_t j = 0; j < gs; j += 8)
         for (std::size_t q = 0; q < 8; ++q) {
           const __m256i k = key(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(x + q * gs + j)));
           low[q] = _mm256_min_epi32(low[q], k);
           high[q] = _mm256_max_epi32(high[q], k);
         }
-      lo = _mm256_castsi256_ps(key(detail::reduce_lanes8_avx2(
-          low, [&](__m256i a, __m256i b) __attribute__((always_inline, target("avx2"))) { return _mm256_min_epi32(a, b); })));
-      const __m256 hi = _mm256_castsi256_ps(key(detail::reduce_lanes8_avx2(
-          high, [&](__m256i a, __m256i b) __attribute__((always_inline, target("avx2"))) { return _mm256_max_epi32(a, b); })));
+      const auto smaller = [&](__m256i a, __m256i b) __attribute__((always_inline, target("avx2"))) {
+        return _mm256_min_epi32(a, b);
+      };
+      const auto larger = [&](__m256i a, __m256i b) __attribute__((always_inline, target("avx2"))) {
+        return _mm256_max_epi32(a, b);
+      };
+      lo = _mm256_castsi256_ps(key(detail::reduce_lanes8_avx2(low, smaller)));
+      const __m256 hi = _mm256_castsi256_ps(key(detail::reduce_lanes8_avx2(high, larger)));
       scale = _mm256_sub_ps(_mm256_div_ps(hi, top), _mm256_div_ps(lo, top));
     } else {
       scale = _mm256_div_ps(_mm256_castsi256_ps(detail::max_abs8_avx2(x, gs)), top);
@@ -139,12 +146,13 @@ struct int_block {
     for (int i = 0; i < 2; ++i) {  // the largest code must decode to a finite value (see fit)
       const __m256 largest = asymmetric ? _mm256_add_ps(lo, _mm256_mul_ps(top, scale)) : _mm256_mul_ps(top, scale);
       const __m256i positive = _mm256_castps_si256(_mm256_cmp_ps(scale, zero, _CMP_GT_OQ));
-      const __m256i fix = _mm256_and_si256(_mm256_and_si256(positive, finite(scale)), _mm256_andnot_si256(finite(largest), _mm256_set1_epi32(-1)));
+      const __m256i fix = _mm256_andnot_si256(finite(largest), _mm256_and_si256(positive, finite(scale)));
       scale = _mm256_castsi256_ps(_mm256_add_epi32(_mm256_castps_si256(scale), fix));  // fix is -1 or 0
     }
     // set_inverse: pre = pow2_normalizer(scale), inv = 1 / (scale * pre); 1 and 0 where the
     // scale is zero or not finite
-    const __m256i usable = _mm256_and_si256(_mm256_castps_si256(_mm256_cmp_ps(scale, zero, _CMP_GT_OQ)), finite(scale));
+    const __m256i positive = _mm256_castps_si256(_mm256_cmp_ps(scale, zero, _CMP_GT_OQ));
+    const __m256i usable = _mm256_and_si256(positive, finite(scale));
     __m256i e = _mm256_srli_epi32(_mm256_castps_si256(scale), 23);
     e = _mm256_min_epi32(_mm256_max_epi32(e, _mm256_set1_epi32(1)), _mm256_set1_epi32(253));
     __m256 pre = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_sub_epi32(_mm256_set1_epi32(254), e), 23));
