@@ -196,24 +196,3 @@ TEST_CASE("sign: after top-k, groups run over the kept values") {
     }
   CHECK(sent == 100);
 }
-
-#if GRADCOMP_CPU_DISPATCH
-TEST_CASE("sign: the AVX2 encoder gives encode()'s codes") {
-  if (!cpu::avx2_active()) {
-    MESSAGE("no AVX2 on this CPU: skipped");
-    return;
-  }
-  std::vector<float> x = test::heavy_tailed(4096 + 27, 5);  // n % 32 != 0: the scalar tail runs too
-  const float special[] = {0.0f, -0.0f, std::numeric_limits<float>::quiet_NaN(), -std::numeric_limits<float>::quiet_NaN(),
-                           std::numeric_limits<float>::infinity(), -std::numeric_limits<float>::infinity(),
-                           std::numeric_limits<float>::denorm_min(), -std::numeric_limits<float>::denorm_min()};
-  for (std::size_t i = 0; i < x.size(); i += 13) x[i] = special[(i / 13) % 8];
-  std::vector<std::uint8_t> fast(x.size() + 1, 0xaa);  // + 1: a guard byte past n
-  quantize::sign::encode_avx2({}, {}, x.data(), x.size(), fast.data());
-  REQUIRE(fast.back() == 0xaa);
-  for (std::size_t i = 0; i < x.size(); ++i) {
-    CAPTURE(i);
-    REQUIRE(fast[i] == quantize::sign::encode({}, {}, x[i], 0));
-  }
-}
-#endif

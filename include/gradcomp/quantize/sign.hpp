@@ -68,23 +68,6 @@ struct sign {
     return static_cast<code_type>(x < 0.0f ? 1u : 0u);
   }
 
-#if GRADCOMP_CPU_DISPATCH
-  // encode() of x[0, n) into out[0, n), 32 values at a time with AVX2: a compare per eight
-  // (GCC's version of the scalar loop masked and packed twice as much).
-  GRADCOMP_TARGET_AVX2 static void encode_avx2(const config& c, const meta& m, const float* x, std::size_t n,
-                                               code_type* out) {
-    const __m256 zero = _mm256_setzero_ps();
-    const __m256i one = _mm256_set1_epi32(1);
-    const auto eight = [&](const float* p) __attribute__((always_inline, target("avx2"))) {
-      return _mm256_and_si256(_mm256_castps_si256(_mm256_cmp_ps(_mm256_loadu_ps(p), zero, _CMP_LT_OQ)), one);
-    };
-    std::size_t i = 0;
-    for (; i + 32 <= n; i += 32)
-      detail::store_codes32_avx2(eight(x + i), eight(x + i + 8), eight(x + i + 16), eight(x + i + 24), out + i);
-    for (; i < n; ++i) out[i] = encode(c, m, x[i], 0);
-  }
-#endif
-
   GRADCOMP_HD static float decode(const config&, const meta& m, code_type code) {
     return bits_float(float_bits(m.scale) | (static_cast<std::uint32_t>(code & 1u) << 31));
   }
