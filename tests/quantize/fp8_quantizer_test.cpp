@@ -417,21 +417,6 @@ TEST_CASE_TEMPLATE("fp8: the AVX2 fit of eight groups gives fit()'s metas", Q, f
     MESSAGE("no AVX2 on this CPU: skipped");
     return;
   }
-  for (const std::size_t gs : {8u, 64u, 128u, 256u}) {
-    for (int round = 0; round < 40; ++round) {
-      CAPTURE(gs);
-      CAPTURE(round);
-      const std::vector<float> x = test::eight_groups(gs, round);
-      const typename Q::config c{.group = gs};
-      typename Q::meta fast[8];
-      Q::fit8_avx2(c, x.data(), gs, fast);
-      for (std::size_t q = 0; q < 8; ++q) {
-        CAPTURE(q);
-        const typename Q::meta m = Q::fit(c, x.data() + q * gs, gs);
-        CHECK(float_bits(fast[q].scale) == float_bits(m.scale));
-        CHECK(float_bits(fast[q].inv) == float_bits(m.inv));
-      }
-    }
-  }
+  test::check_fit8<Q>();
 }
 #endif

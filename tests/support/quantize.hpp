@@ -6,7 +6,9 @@
 
 #include <doctest/doctest.h>
 
+#include <array>
 #include <cmath>
+#include <cstring>
 #include <cstddef>
 #include <cstdint>
 #include <initializer_list>
@@ -106,5 +108,34 @@ inline std::vector<float> eight_groups(std::size_t gs, int round) {
   }
   return x;
 }
+
+#if GRADCOMP_CPU_DISPATCH
+// Q::fit8_avx2 against Q::fit, meta bit for meta bit (metas are plain floats), on the
+// eight_groups cases for several group sizes (Q's config has a `group`).
+template <class Q>
+void check_fit8() {
+  static_assert(sizeof(typename Q::meta) % sizeof(float) == 0);
+  using bits = std::array<std::uint32_t, sizeof(typename Q::meta) / sizeof(float)>;
+  const auto bits_of = [](const typename Q::meta& m) {
+    bits b;
+    std::memcpy(b.data(), &m, sizeof m);
+    return b;
+  };
+  for (const std::size_t gs : {8u, 64u, 128u, 256u}) {
+    for (int round = 0; round < 40; ++round) {
+      CAPTURE(gs);
+      CAPTURE(round);
+      const std::vector<float> x = eight_groups(gs, round);
+      const typename Q::config c{.group = gs};
+      typename Q::meta fast[8];
+      Q::fit8_avx2(c, x.data(), gs, fast);
+      for (std::size_t q = 0; q < 8; ++q) {
+        CAPTURE(q);
+        CHECK(bits_of(fast[q]) == bits_of(Q::fit(c, x.data() + q * gs, gs)));
+      }
+    }
+  }
+}
+#endif
 
 }  // namespace gradcomp::test
