@@ -411,6 +411,13 @@ TEST_CASE_TEMPLATE("fp8: the AVX2 decoder gives decode()'s bits for every code",
     CAPTURE(amax);
     check(scaled, Q::fit(scaled, &amax, 1));
   }
+  for (const int k : {Q::k_min, Q::k_max}) {  // the extreme scales a frame may carry
+    std::byte stored[4];
+    store_le<std::uint32_t>(stored, static_cast<std::uint32_t>(127 + k) << 23);
+    const auto m = Q::load_meta(stored);
+    REQUIRE(Q::check_meta(scaled, m).ok());
+    check(scaled, m);
+  }
 }
 TEST_CASE_TEMPLATE("fp8: the AVX2 fit of eight groups gives fit()'s metas", Q, fp8_e4m3, fp8_e5m2) {
   if (!cpu::avx2_active()) {
