@@ -88,7 +88,8 @@ double check_search(const std::vector<float>& x, std::size_t group, Uniform unif
   double total = 0, total_uniform = 0;
   for (std::size_t g0 = 0, q = 0; g0 < x.size(); g0 += group, ++q) {
     const std::size_t g1 = std::min(x.size(), g0 + group);
-    const auto m = group_meta<Q>(payload, q);
+    const auto sent = group_meta<Q>(payload, q);
+    const auto m = Q::derive(sent.max, sent.k);  // the sender's meta: encode needs its reciprocals
     for (std::size_t i = g0; i < g1; ++i) REQUIRE(d[i] == Q::decode({}, m, Q::encode({}, m, x[i], 0)));
     const double chosen = candidate_error<Q>(x, g0, g1, m.max, m.k);
     for (std::uint8_t k = 1; k <= 16; ++k) {
@@ -432,3 +433,36 @@ TEST_CASE("piecewise: the AVX2 and baseline builds of the search give the same b
     CHECK(residuals[0] == residuals[1]);
   }
 }
+
+#if GRADCOMP_CPU_DISPATCH
+TEST_CASE_TEMPLATE("piecewise: the AVX2 decoder gives decode()'s bits for every code", Q, quantize::piecewise<3>,
+                   quantize::piecewise<4>) {
+  static_assert(!has_avx2_decoder<quantize::piecewise<5>>, "wider codes keep the compressor's loop");
+  if (!cpu::avx2_active()) {
+    MESSAGE("no AVX2 on this CPU: skipped");
+    return;
+  }
+  constexpr std::size_t codes_per_group = std::size_t{1} << Q::bits;
+  std::vector<std::uint8_t> codes(2 * codes_per_group + 5);  // every code in order, then mixed, then a tail
+  for (std::size_t i = 0; i < codes.size(); ++i)
+    codes[i] = static_cast<std::uint8_t>((i < codes_per_group ? i : i * 37 + 11) % codes_per_group);
+  const typename Q::config c{};
+  for (const float max : {0.0f, 1e-40f, 1e-30f, 1.0f, 3e38f, std::numeric_limits<float>::max()})
+    for (const std::uint8_t k : {std::uint8_t{1}, std::uint8_t{7}, std::uint8_t{16}}) {
+      CAPTURE(max);
+      CAPTURE(int{k});
+      std::byte stored[Q::meta_bytes];
+      store_le<std::uint32_t>(stored, float_bits(max));
+      stored[4] = std::byte{k};
+      const auto m = Q::load_meta(stored);
+      REQUIRE(Q::check_meta(c, m).ok());
+      std::vector<float> fast(codes.size() + 1, 5.0f);  // + 1: a guard past n
+      Q::decode_avx2(c, m, codes.data(), codes.size(), fast.data());
+      REQUIRE(float_bits(fast.back()) == float_bits(5.0f));
+      for (std::size_t i = 0; i < codes.size(); ++i) {
+        CAPTURE(i);
+        REQUIRE(float_bits(fast[i]) == float_bits(Q::decode(c, m, codes[i])));
+      }
+    }
+}
+#endif

@@ -58,7 +58,12 @@
 #include "../core/concepts.hpp"
 #include "../core/reduce.hpp"
 #include "../core/rounding.hpp"
+#include "../cpu/dispatch.hpp"
 #include "group.hpp"
+
+#if GRADCOMP_CPU_DISPATCH
+#include <immintrin.h>
+#endif
 
 namespace gradcomp::quantize {
 
@@ -73,9 +78,10 @@ struct piecewise {
   struct meta {
     float max = 0.0f;       // M = max|x|; sent
     std::uint8_t k = 1;     // p = M * (k / 32); sent
-    float p = 0.0f;         // the rest follow from M and k (derive); not sent
+    float p = 0.0f;         // the rest follow from M and k (levels, derive); not sent
     float sc = 0.0f;        // centre step
     float st = 0.0f;        // tail step
+    // encode() only (derive() sets them; load_meta() leaves them 0):
     float pre = 0.0f;       // a power of two 2^-e with 2^e near M (exact scaling)
     float inv_sc = 0.0f;    // 1 / (sc * pre), or 0 where sc is 0 or not finite
     float inv_st = 0.0f;    // 1 / (st * pre), likewise
@@ -99,15 +105,23 @@ struct piecewise {
   GRADCOMP_HD static bool stochastic(const config& c) { return c.round == rounding::stochastic; }
   GRADCOMP_HD static std::size_t group_size(const config& c) { return c.group; }
 
-  // The meta of a group with maximum M and breakpoint index k (p = M * (k / 32)); the sender's
-  // fit() and the receiver's load_meta() both build it here, so both decode the same bits.
-  GRADCOMP_HD static meta derive(float max, std::uint8_t k) {
+  // What decode() reads of the meta of a group with maximum M and breakpoint index k
+  // (p = M * (k / 32)): the receiver's load_meta() builds only this (the reciprocals below cost
+  // two more divisions per group, and decode never reads them), the sender's fit() builds it
+  // through derive(), so both decode the same bits.
+  GRADCOMP_HD static meta levels(float max, std::uint8_t k) {
     meta m;
     m.max = max;
     m.k = k;
     m.p = max * (static_cast<float>(k) * fraction_step);
     m.sc = m.p / static_cast<float>(centre_levels);
     m.st = (max - m.p) / static_cast<float>(tail_levels);
+    return m;
+  }
+
+  // levels() plus what encode() needs.
+  GRADCOMP_HD static meta derive(float max, std::uint8_t k) {
+    meta m = levels(max, k);
     // encode multiplies (x * pre) by 1 / (sc * pre): the bits of x * (1 / sc) (pre is a power
     // of two), but finite where 1 / sc would overflow (sc subnormal), so it never divides.
     m.pre = pow2_normalizer(max);
@@ -157,12 +171,41 @@ struct piecewise {
     return level(m, q, j, (u & region_codes) != 0, (c & tail_levels) << (32 - (Bits - 1)));
   }
 
+#if GRADCOMP_CPU_DISPATCH
+  // decode() of codes[0, n) into out[0, n) with AVX2, for up to 4 bits: the same floats. A code
+  // indexes a table of its group's 2^Bits decoded values (filled by decode() itself), held in
+  // two vectors and read with lane permutes: about 6 instructions per 8 values against some 30
+  // for the arithmetic (with load_meta() building only what decode reads, piecewise<4>
+  // decompress measured 0.73-0.75x the time). Wider codes keep the compressor's decode loop.
+  GRADCOMP_TARGET_AVX2 static void decode_avx2(const config& c, const meta& m, const code_type* codes, std::size_t n,
+                                              float* out)
+    requires(Bits <= 4)
+  {
+    // Two rows of eight, each filled by its own loop: GCC then builds each row in a register
+    // and stores it whole (one 16-value loop was stored in 16-byte parts, which the 32-byte
+    // loads below cannot forward from: 1.16x the time).
+    alignas(32) float table[2][8];
+    for (std::uint32_t row = 0; row < 2; ++row)
+      for (std::uint32_t l = 0; l < 8; ++l)
+        table[row][l] = decode(c, m, static_cast<code_type>((8 * row + l) & ((1u << Bits) - 1u)));
+    const __m256 low = _mm256_load_ps(table[0]), high = _mm256_load_ps(table[1]);
+    std::size_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+      const __m256i code = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(codes + i)));
+      const __m256 upper = _mm256_castsi256_ps(_mm256_slli_epi32(code, 28));  // code bit 3 as the sign bit
+      _mm256_storeu_ps(out + i, _mm256_blendv_ps(_mm256_permutevar8x32_ps(low, code),
+                                                 _mm256_permutevar8x32_ps(high, code), upper));
+    }
+    for (; i < n; ++i) out[i] = decode(c, m, codes[i]);
+  }
+#endif
+
   GRADCOMP_HD static void store_meta(const meta& m, std::byte* out) {
     store_le<std::uint32_t>(out, float_bits(m.max));
     out[4] = static_cast<std::byte>(m.k);
   }
   GRADCOMP_HD static meta load_meta(const std::byte* in) {
-    return derive(bits_float(load_le<std::uint32_t>(in)), static_cast<std::uint8_t>(in[4]));
+    return levels(bits_float(load_le<std::uint32_t>(in)), static_cast<std::uint8_t>(in[4]));
   }
   GRADCOMP_HD static status check_meta(const config&, const meta& m) {
     if (!is_finite_bits(float_bits(m.max)))
