@@ -130,11 +130,9 @@ struct fp8 {
       __m256i codes[4];
       for (std::size_t q = 0; q < 4; ++q) {
         __m256 y = _mm256_loadu_ps(x + i + 8 * q);
-        if (scaled) {  // clamp_float(x * inv, -max, max): NaN goes to -max, as there
-          y = _mm256_mul_ps(y, inv);
-          y = _mm256_blendv_ps(lo, y, _mm256_cmp_ps(y, lo, _CMP_GE_OQ));
-          y = _mm256_blendv_ps(hi, y, _mm256_cmp_ps(y, hi, _CMP_LE_OQ));
-        }
+        // clamp_float(x * inv, -max, max): a max then a min, as the max returns its second
+        // operand for NaN, which sends NaN to -max, as there (A/B 0.97x scaled compress time)
+        if (scaled) y = _mm256_min_ps(_mm256_max_ps(_mm256_mul_ps(y, inv), lo), hi);
         codes[q] = detail::fp8_bits_from_float_avx2<e4m3>(y);
       }
       detail::store_codes32_avx2(codes[0], codes[1], codes[2], codes[3], out + i);
