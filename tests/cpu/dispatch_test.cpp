@@ -73,4 +73,8 @@ TEST_CASE("AVX2 and baseline loops give identical payloads, residuals and sums")
              g);
   check_same(compressor<partition::chunks, sparsify::topk, quantize::bf16, feedback::residual>({.sparsify = {.density = 0.01}}),
              g);
+  check_same(compressor<partition::whole, sparsify::dense, quantize::piecewise<4>, feedback::none>{}, g);
+  check_same(compressor<partition::chunks, sparsify::topk, quantize::piecewise<3>, feedback::residual>(
+                 {.sparsify = {.density = 0.01}}),
+             g);
 }
