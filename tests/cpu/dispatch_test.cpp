@@ -43,7 +43,7 @@ run_result run(const C& comp, const std::vector<float>& g, std::size_t misalign,
 
 template <class C>
 void check_same(const C& comp, const std::vector<float>& g) {
-  for (std::size_t misalign : {0u, 4u}) {
+  for (std::size_t misalign : {0u, 4u, 8u}) {
     CAPTURE(misalign);
     const auto fast = run(comp, g, misalign, true);
     const auto base = run(comp, g, misalign, false);

@@ -100,3 +100,23 @@ TEST_CASE("packed_stream packs as pack_bits does, for every width and block offs
   check_packed_stream<std::uint8_t, 8>();
   check_packed_stream<std::uint16_t, 9>();
 }
+
+TEST_CASE("copy_tile copies exactly the bytes asked for, at every destination alignment") {
+  std::vector<std::byte> src(4096 + 200), dst(src.size() + 256);
+  for (std::size_t i = 0; i < src.size(); ++i) src[i] = static_cast<std::byte>(i * 131 + 7);
+  const std::size_t base = 64 - reinterpret_cast<std::uintptr_t>(dst.data()) % 64;
+  for (bool streaming : {false, true})
+    for (std::size_t misalign = 0; misalign < 40; ++misalign)
+      for (std::size_t bytes : {0u, 1u, 7u, 8u, 9u, 24u, 31u, 32u, 33u, 63u, 100u, 4096u + 13u}) {
+        CAPTURE(streaming);
+        CAPTURE(misalign);
+        CAPTURE(bytes);
+        std::fill(dst.begin(), dst.end(), std::byte{0xa5});
+        std::byte* out = dst.data() + base + misalign;
+        cpu::detail::copy_tile(out, src.data() + 3, bytes, streaming);
+        cpu::detail::streaming_fence();
+        CHECK(std::memcmp(out, src.data() + 3, bytes) == 0);
+        CHECK(std::to_integer<int>(out[bytes]) == 0xa5);  // nothing written around it
+        CHECK(std::to_integer<int>(out[-1]) == 0xa5);
+      }
+}

@@ -28,14 +28,15 @@ struct codec_runner final : runner {
   gc::state st;
   std::vector<std::byte> payload;  // this side's frames, for decompress and accumulate
   std::size_t written = 0;
+  std::size_t offset = 0;  // frames start this many bytes into the shared buffer
 
-  codec_runner(const typename Codec::config& c, const float* g, std::size_t n)
-      : codec(c), grad(g, n), st(codec.make_state(n)), payload(codec.template max_payload_bytes<float>(n)) {
+  codec_runner(const typename Codec::config& c, const float* g, std::size_t n, std::size_t at)
+      : codec(c), grad(g, n), st(codec.make_state(n)), payload(codec.template max_payload_bytes<float>(n)), offset(at) {
     written = *codec.template compress<float>(grad, st, payload);
   }
   double run(int op) override {
     if (op == 3) std::fill(st.thresholds.begin(), st.thresholds.end(), 0.0f);
-    auto* shared = static_cast<std::byte*>(ab_shared(0, payload.size()));
+    auto* shared = static_cast<std::byte*>(ab_shared(0, payload.size() + offset)) + offset;
     const std::span<float> to(static_cast<float*>(ab_shared(1, grad.size() * sizeof(float))), grad.size());
     if (op == 1 || op == 2) std::memcpy(shared, payload.data(), written);
     const auto t0 = std::chrono::steady_clock::now();
@@ -55,8 +56,8 @@ template <class S, class Q, class F = gc::feedback::none>
 using codec = gc::compressor<gc::partition::whole, S, Q, F>;
 
 template <class Codec>
-std::unique_ptr<runner> make(const typename Codec::config& c, const float* g, std::size_t n) {
-  return std::make_unique<codec_runner<Codec>>(c, g, n);
+std::unique_ptr<runner> make(const typename Codec::config& c, const float* g, std::size_t n, std::size_t offset = 0) {
+  return std::make_unique<codec_runner<Codec>>(c, g, n, offset);
 }
 
 using namespace gc::quantize;
@@ -94,6 +95,7 @@ std::unique_ptr<runner> make_case(int id, const float* g, std::size_t n, const c
     case 19: *name = "fp8_e5m2"; return make<codec<dense, fp8_e5m2>>({}, g, n);
     case 20: *name = "int4_asym"; return make<codec<dense, int_block<4, int_range::asymmetric>>>({}, g, n);
     case 21: *name = "fp8_e4m3_scaled128"; return make<codec<dense, fp8_e4m3>>({.quantize = {.group = 128}}, g, n);
+    case 22: *name = "int8_at8"; return make<codec<dense, int_block<8>>>({}, g, n, 8);  // frames 8 bytes off alignment
     default: return nullptr;
   }
 }
