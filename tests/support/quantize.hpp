@@ -136,6 +136,19 @@ void check_fit8() {
     }
   }
 }
+
+// Q::decode_avx2 against Q::decode, float bit for float bit, on the given codes (a count
+// past a multiple of 8 runs the scalar tail too); nothing is written past them.
+template <class Q>
+void check_avx2_decoder(const typename Q::config& c, const typename Q::meta& m, const std::vector<std::uint8_t>& codes) {
+  std::vector<float> fast(codes.size() + 1, 5.0f);  // + 1: a guard past n
+  Q::decode_avx2(c, m, codes.data(), codes.size(), fast.data());
+  REQUIRE(float_bits(fast.back()) == float_bits(5.0f));
+  for (std::size_t i = 0; i < codes.size(); ++i) {
+    CAPTURE(i);
+    REQUIRE(float_bits(fast[i]) == float_bits(Q::decode(c, m, codes[i])));
+  }
+}
 #endif
 
 }  // namespace gradcomp::test
