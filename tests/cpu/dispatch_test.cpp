@@ -43,7 +43,7 @@ run_result run(const C& comp, const std::vector<float>& g, std::size_t misalign,
 
 template <class C>
 void check_same(const C& comp, const std::vector<float>& g) {
-  for (std::size_t misalign : {0u, 4u, 8u}) {
+  for (std::size_t misalign : {4u, 8u}) {  // 8: the 8-byte aligned paths (pipelined store, streamed ends); 4: the others
     CAPTURE(misalign);
     const auto fast = run(comp, g, misalign, true);
     const auto base = run(comp, g, misalign, false);

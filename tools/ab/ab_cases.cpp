@@ -28,7 +28,7 @@ struct codec_runner final : runner {
   gc::state st;
   std::vector<std::byte> payload;  // this side's frames, for decompress and accumulate
   std::size_t written = 0;
-  std::size_t offset = 0;  // frames start this many bytes into the shared buffer
+  std::size_t offset;  // frames start this many bytes into the shared buffer
 
   codec_runner(const typename Codec::config& c, const float* g, std::size_t n, std::size_t at)
       : codec(c), grad(g, n), st(codec.make_state(n)), payload(codec.template max_payload_bytes<float>(n)), offset(at) {
