@@ -28,6 +28,16 @@ namespace detail {
 GRADCOMP_HD GRADCOMP_INLINE float tree8(const float* w, std::size_t q) {
   return ((w[0] + w[4 * q]) + (w[2 * q] + w[6 * q])) + ((w[q] + w[5 * q]) + (w[3 * q] + w[7 * q]));
 }
+
+// tree_sum's levels after the first, over its result v[0, p) (p a power of two): three levels
+// per pass, v[i] from v[i + k * p / 8] for k < 8 (no iteration reads what another writes), then
+// the last one or two. Vectorised first levels (piecewise's AVX2 fit) end here too.
+GRADCOMP_HD GRADCOMP_INLINE float tree_levels(float* v, std::size_t p) {
+  for (; p >= 8; p /= 8)
+    for (std::size_t i = 0; i < p / 8; ++i) v[i] = tree8(v + i, p / 8);
+  if (p == 4) return (v[0] + v[2]) + (v[1] + v[3]);
+  return p == 2 ? v[0] + v[1] : v[0];
+}
 }  // namespace detail
 
 // Sum of f(x[i]) for i < n in the documented tree order. Precondition: n <= max_tree_sum.
@@ -43,12 +53,7 @@ GRADCOMP_HD GRADCOMP_INLINE float tree_sum(const float* x, std::size_t n, F f) {
   const std::size_t full = n - p;  // i < full has a partner x[i + p]
   for (std::size_t i = 0; i < full; ++i) v[i] = f(x[i]) + f(x[i + p]);
   for (std::size_t i = full; i < p; ++i) v[i] = f(x[i]) + 0.0f;
-  // Three levels per pass: v[i] from v[i + k * p / 8], k < 8 (no iteration reads what another
-  // writes); then the last one or two levels, if any.
-  for (; p >= 8; p /= 8)
-    for (std::size_t i = 0; i < p / 8; ++i) v[i] = detail::tree8(v + i, p / 8);
-  if (p == 4) return (v[0] + v[2]) + (v[1] + v[3]);
-  return p == 2 ? v[0] + v[1] : v[0];
+  return detail::tree_levels(v, p);
 }
 
 GRADCOMP_HD GRADCOMP_INLINE float tree_sum(const float* x, std::size_t n) {
