@@ -219,7 +219,7 @@ struct piecewise {
       _mm256_storeu_ps(out + i, _mm256_blendv_ps(_mm256_permutevar8x32_ps(low, code),
                                                  _mm256_permutevar8x32_ps(high, code), upper));
     }
-    for (; i < n; ++i) out[i] = decode(c, m, codes[i]);
+    for (std::size_t t = 0; t < n % 8; ++t) out[i + t] = decode(c, m, codes[i + t]);  // (see fp8's encode_avx2)
   }
 #endif
 
