@@ -27,7 +27,6 @@
 #include "bits.hpp"
 
 #if GRADCOMP_CPU_DISPATCH
-#include <cpuid.h>
 #include <immintrin.h>
 #endif
 
@@ -106,16 +105,6 @@ GRADCOMP_HD inline float float_from_fp8_e5m2_bits(std::uint8_t c) {
 
 #if GRADCOMP_CPU_DISPATCH
 namespace detail {
-// CPUID leaf 1, ECX bit 29 (clang 14's __builtin_cpu_supports does not know "f16c"). Only
-// asked where AVX2 is active, so the OS saves the YMM registers.
-inline bool cpu_has_f16c() {
-  static const bool has = [] {
-    unsigned a = 0, b = 0, c = 0, d = 0;
-    return __get_cpuid(1, &a, &b, &c, &d) && (c >> 29 & 1u);
-  }();
-  return has;
-}
-
 // The conversions above for eight floats at once, written with AVX2 intrinsics: GCC 12
 // vectorises the scalar versions into about 220 instructions per 32 values, with spills
 // (0.7-0.8 ns per value against 0.2 for clang 14's code of the same source). The same

@@ -4,10 +4,16 @@
 // becomes infinity (no saturation: overflow must stay visible to loss scaling).
 // Summable (fp16 SUM).
 
+#include <cstddef>
 #include <cstdint>
 
 #include "../core/concepts.hpp"
 #include "../core/numeric.hpp"
+#include "../cpu/dispatch.hpp"
+
+#if GRADCOMP_CPU_DISPATCH
+#include <immintrin.h>
+#endif
 
 namespace gradcomp::quantize {
 
@@ -20,6 +26,50 @@ struct fp16 : ungrouped_quantizer {
 
   GRADCOMP_HD static code_type encode(const config&, const meta&, float x, std::uint32_t) { return fp16_bits_from_float(x); }
   GRADCOMP_HD static float decode(const config&, const meta&, code_type c) { return float_from_fp16_bits(c); }
+
+#if GRADCOMP_CPU_DISPATCH
+  // encode() and decode() of n values with F16C, on AVX2 CPUs that have it (the others run the
+  // scalar conversions): the same bits. vcvtps2ph rounds to nearest even (the mode in its
+  // immediate, whatever MXCSR says), keeps fp16 subnormals, overflows to infinity and makes a
+  // NaN quiet with its top ten payload bits, as fp16_bits_from_float does; a float below
+  // 2^-126, which DAZ would read as zero, gives a zero code either way. vcvtph2ps is exact but
+  // makes a signalling NaN quiet, so codes with exponent 31 take float_from_fp16_bits' bits.
+  GRADCOMP_TARGET_AVX2 static void encode_avx2(const config&, const meta&, const float* x, std::size_t n,
+                                               code_type* out) {
+    if (cpu::detail::cpu_has_f16c()) return encode_f16c(x, n, out);
+    for (std::size_t i = 0; i < n; ++i) out[i] = fp16_bits_from_float(x[i]);
+  }
+  GRADCOMP_TARGET_AVX2 static void decode_avx2(const config&, const meta&, const code_type* codes, std::size_t n,
+                                               float* out) {
+    if (cpu::detail::cpu_has_f16c()) return decode_f16c(codes, n, out);
+    for (std::size_t i = 0; i < n; ++i) out[i] = float_from_fp16_bits(codes[i]);
+  }
+
+ private:
+  __attribute__((target("avx2,f16c"))) static void encode_f16c(const float* x, std::size_t n, code_type* out) {
+    std::size_t i = 0;
+    for (; i + 8 <= n; i += 8)
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(out + i),
+                       _mm256_cvtps_ph(_mm256_loadu_ps(x + i), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+    for (std::size_t t = 0; t < n % 8; ++t) out[i + t] = fp16_bits_from_float(x[i + t]);  // (see fp8's encode_avx2)
+  }
+  __attribute__((target("avx2,f16c"))) static void decode_f16c(const code_type* codes, std::size_t n, float* out) {
+    const __m256i exponent = _mm256_set1_epi32(0x7c00);
+    std::size_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+      const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(codes + i));
+      const __m256i w = _mm256_cvtepu16_epi32(h);
+      const __m256i special = _mm256_or_si256(  // sign, all-ones exponent, payload as it is
+          _mm256_or_si256(_mm256_slli_epi32(_mm256_and_si256(w, _mm256_set1_epi32(0x8000)), 16),
+                          _mm256_set1_epi32(0x7f800000)),
+          _mm256_slli_epi32(_mm256_and_si256(w, _mm256_set1_epi32(0x3ff)), 13));
+      const __m256i is_special = _mm256_cmpeq_epi32(_mm256_and_si256(w, exponent), exponent);
+      _mm256_storeu_ps(out + i, _mm256_blendv_ps(_mm256_cvtph_ps(h), _mm256_castsi256_ps(special),
+                                                 _mm256_castsi256_ps(is_special)));
+    }
+    for (std::size_t t = 0; t < n % 8; ++t) out[i + t] = float_from_fp16_bits(codes[i + t]);
+  }
+#endif
 };
 
 }  // namespace gradcomp::quantize

@@ -146,7 +146,7 @@ struct fp8 {
   GRADCOMP_TARGET_AVX2 static void decode_avx2(const config& c, const meta& m, const code_type* codes, std::size_t n,
                                               float* out) {
     if constexpr (!e4m3)
-      if (detail::cpu_has_f16c()) return decode_e5m2_f16c(c, m, codes, n, out);
+      if (cpu::detail::cpu_has_f16c()) return decode_e5m2_f16c(c, m, codes, n, out);
     // Locals: the vector stores may alias anything, and c.group would be reloaded per store.
     const bool scaled = c.group != 0;
     const __m256 scale = _mm256_set1_ps(m.scale);
