@@ -1,5 +1,6 @@
 // Compiled by tests/consumer_warnings/CMakeLists.txt, not run: every AVX2 hook of the
 // quantizers, inlined into AVX2 code with constant sizes, as in a user's microbenchmark.
+#include <gradcomp/quantize/fp16.hpp>
 #include <gradcomp/quantize/fp8.hpp>
 #include <gradcomp/quantize/int_block.hpp>
 #include <gradcomp/quantize/piecewise.hpp>
@@ -12,6 +13,7 @@ namespace q = gradcomp::quantize;
 namespace {
 constexpr std::size_t group = 128, groups = 8;
 std::uint8_t codes[group * groups];
+std::uint16_t wide_codes[group * groups];
 float values[group * groups];
 
 template <class Q>
@@ -37,6 +39,18 @@ __attribute__((target("avx2"))) unsigned encode_groups(const typename Q::config&
   return sum;
 }
 
+// fp16: ungrouped, 16-bit codes
+__attribute__((target("avx2"))) float fp16_blocks() {
+  using Q = q::fp16;
+  float sum = 0.0f;
+  for (std::size_t g = 0; g < groups; ++g) {
+    Q::encode_avx2({}, {}, values + g * group, group, wide_codes + g * group);
+    Q::decode_avx2({}, {}, wide_codes + g * group, group, values + g * group);
+    sum += values[g * group];
+  }
+  return sum;
+}
+
 template <class Q>
 __attribute__((target("avx2"))) float fit_groups(const typename Q::config& c) {
   typename Q::meta m[groups];
@@ -56,5 +70,6 @@ float consumer_hooks() {
   sum += static_cast<float>(encode_groups<q::int_block<8>>({}) + encode_groups<q::int_block<4>>({}) +
                             encode_groups<q::int_block<4, q::int_range::asymmetric>>({}));
   sum += fit_groups<q::piecewise<4>>({});
+  sum += fp16_blocks();
   return sum;
 }

@@ -110,31 +110,40 @@ inline std::vector<float> eight_groups(std::size_t gs, int round) {
 }
 
 #if GRADCOMP_CPU_DISPATCH
-// Q::fit8_avx2 against Q::fit, meta bit for meta bit (metas are plain floats), on the
-// eight_groups cases for several group sizes (Q's config has a `group`).
+// Q::fit8_avx2 against Q::fit on eight groups of gs values, meta for meta as `fields` reads
+// them (Q's config has a `group`).
+template <class Q, class Fields>
+void check_fit8_on(const std::vector<float>& x, std::size_t gs, Fields fields) {
+  const typename Q::config c{.group = gs};
+  typename Q::meta fast[8];
+  Q::fit8_avx2(c, x.data(), gs, fast);
+  for (std::size_t q = 0; q < 8; ++q) {
+    CAPTURE(q);
+    CHECK(fields(fast[q]) == fields(Q::fit(c, x.data() + q * gs, gs)));
+  }
+}
+
+// The same on the eight_groups cases for group sizes 8 to 4096; by default the metas are
+// compared bit for bit (metas of plain floats).
+template <class Q, class Fields>
+void check_fit8(Fields fields) {
+  for (const std::size_t gs : {8u, 16u, 64u, 128u, 256u, 4096u}) {
+    for (int round = 0; round < (gs == 4096 ? 12 : 40); ++round) {
+      CAPTURE(gs);
+      CAPTURE(round);
+      check_fit8_on<Q>(eight_groups(gs, round), gs, fields);
+    }
+  }
+}
+
 template <class Q>
 void check_fit8() {
   static_assert(sizeof(typename Q::meta) % sizeof(float) == 0);
-  using bits = std::array<std::uint32_t, sizeof(typename Q::meta) / sizeof(float)>;
-  const auto bits_of = [](const typename Q::meta& m) {
-    bits b;
-    std::memcpy(b.data(), &m, sizeof m);
-    return b;
-  };
-  for (const std::size_t gs : {8u, 64u, 128u, 256u}) {
-    for (int round = 0; round < 40; ++round) {
-      CAPTURE(gs);
-      CAPTURE(round);
-      const std::vector<float> x = eight_groups(gs, round);
-      const typename Q::config c{.group = gs};
-      typename Q::meta fast[8];
-      Q::fit8_avx2(c, x.data(), gs, fast);
-      for (std::size_t q = 0; q < 8; ++q) {
-        CAPTURE(q);
-        CHECK(bits_of(fast[q]) == bits_of(Q::fit(c, x.data() + q * gs, gs)));
-      }
-    }
-  }
+  check_fit8<Q>([](const typename Q::meta& m) {
+    std::array<std::uint32_t, sizeof(typename Q::meta) / sizeof(float)> bits;
+    std::memcpy(bits.data(), &m, sizeof m);
+    return bits;
+  });
 }
 
 // Q::decode_avx2 against Q::decode, float bit for float bit, on the given codes (a count

@@ -156,7 +156,7 @@ struct piecewise {
   }
 
 #if GRADCOMP_CPU_DISPATCH
-  // fit() of eight whole groups of gs values with AVX2: the same metas, in about 0.3x the time.
+  // fit() of eight whole groups of gs values with AVX2: the same metas, in about 0.6x the time.
   // The search runs the same operations on |x|, eight values per vector: each step is odd or
   // even in x, so the errors are the same floats. In a group with a finite maximum, q and j are
   // >= 0 and not NaN, so q's clamp is a min, and j's is not needed (a tail level is picked only
