@@ -12,50 +12,37 @@ namespace q = gradcomp::quantize;
 
 namespace {
 constexpr std::size_t group = 128, groups = 8;
-std::uint8_t codes[group * groups];
-std::uint16_t wide_codes[group * groups];
+template <class Code>
+Code codes[group * groups];
+template <class Meta>
+Meta metas[groups];  // where the fitted metas go, so the fit is not dropped
 float values[group * groups];
 
 template <class Q>
 __attribute__((target("avx2"))) float decode_groups(const typename Q::config& c) {
   const typename Q::meta m{};
+  auto* const in = codes<typename Q::code_type>;
   float sum = 0.0f;
   for (std::size_t g = 0; g < groups; ++g) {
-    Q::decode_avx2(c, m, codes + g * group, group, values + g * group);
+    Q::decode_avx2(c, m, in + g * group, group, values + g * group);
     sum += values[g * group];
   }
   return sum;
 }
 
+// The fitter and the encoder, whichever Q has.
 template <class Q>
 __attribute__((target("avx2"))) unsigned encode_groups(const typename Q::config& c) {
-  typename Q::meta m[groups];
-  Q::fit8_avx2(c, values, group, m);
+  auto* const m = metas<typename Q::meta>;
+  if constexpr (gradcomp::has_avx2_fitter<Q>) Q::fit8_avx2(c, values, group, m);
+  auto* const out = codes<typename Q::code_type>;
   unsigned sum = 0;
-  for (std::size_t g = 0; g < groups; ++g) {
-    Q::encode_avx2(c, m[g], values + g * group, group, codes + g * group);
-    sum += codes[g * group];
-  }
+  if constexpr (gradcomp::has_avx2_encoder<Q>)
+    for (std::size_t g = 0; g < groups; ++g) {
+      Q::encode_avx2(c, m[g], values + g * group, group, out + g * group);
+      sum += out[g * group];
+    }
   return sum;
-}
-
-// fp16: ungrouped, 16-bit codes
-__attribute__((target("avx2"))) float fp16_blocks() {
-  using Q = q::fp16;
-  float sum = 0.0f;
-  for (std::size_t g = 0; g < groups; ++g) {
-    Q::encode_avx2({}, {}, values + g * group, group, wide_codes + g * group);
-    Q::decode_avx2({}, {}, wide_codes + g * group, group, values + g * group);
-    sum += values[g * group];
-  }
-  return sum;
-}
-
-template <class Q>
-__attribute__((target("avx2"))) float fit_groups(const typename Q::config& c) {
-  typename Q::meta m[groups];
-  Q::fit8_avx2(c, values, group, m);
-  return m[0].max + m[groups - 1].max;
 }
 }  // namespace
 
@@ -69,7 +56,7 @@ float consumer_hooks() {
   sum += static_cast<float>(encode_groups<e4m3>({.group = group}) + encode_groups<e5m2>({.group = group}));
   sum += static_cast<float>(encode_groups<q::int_block<8>>({}) + encode_groups<q::int_block<4>>({}) +
                             encode_groups<q::int_block<4, q::int_range::asymmetric>>({}));
-  sum += fit_groups<q::piecewise<4>>({});
-  sum += fp16_blocks();
+  sum += static_cast<float>(encode_groups<q::piecewise<4>>({}));
+  sum += decode_groups<q::fp16>({}) + static_cast<float>(encode_groups<q::fp16>({}));
   return sum;
 }

@@ -8,6 +8,7 @@
 #include <doctest/doctest.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <limits>
 #include <vector>
@@ -442,8 +443,8 @@ TEST_CASE_TEMPLATE("piecewise: the AVX2 search picks fit()'s breakpoint, meta bi
     return;
   }
   const auto fields = [](const typename Q::meta& m) {
-    return std::vector<std::uint32_t>{float_bits(m.max), m.k,           float_bits(m.p),      float_bits(m.sc),
-                                      float_bits(m.st),  float_bits(m.pre), float_bits(m.inv_sc), float_bits(m.inv_st)};
+    return std::array<std::uint32_t, 8>{float_bits(m.max), m.k,           float_bits(m.p),      float_bits(m.sc),
+                                        float_bits(m.st),  float_bits(m.pre), float_bits(m.inv_sc), float_bits(m.inv_st)};
   };
   // eight_groups' edge cases: scales from subnormal to FLT_MAX, one-signed and constant groups,
   // zeros, NaN and inf
