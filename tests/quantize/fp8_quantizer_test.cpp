@@ -388,16 +388,21 @@ TEST_CASE_TEMPLATE("fp8: the AVX2 encoder gives encode()'s codes for every round
     check_avx2_encoder<Q>(scaled, Q::fit(scaled, &amax, 1), x);
   }
 }
-TEST_CASE_TEMPLATE("fp8: the AVX2 decoder gives decode()'s bits for every code", Q, fp8_e4m3, fp8_e5m2) {
+TEST_CASE_TEMPLATE("fp8: the AVX2 decoder gives decode()'s bits for every code, also with FTZ and DAZ set", Q,
+                   fp8_e4m3, fp8_e5m2) {
   if (!cpu::avx2_active()) {
     MESSAGE("no AVX2 on this CPU: skipped");
     return;
   }
+  if (!cpu::detail::cpu_has_f16c()) MESSAGE("no F16C on this CPU: the integer path is checked");
   std::vector<std::uint8_t> codes(256 + 5);  // every code, and a tail past a multiple of 8
   for (std::size_t i = 0; i < codes.size(); ++i) codes[i] = static_cast<std::uint8_t>(i * 37 % 256);
   for (std::size_t i = 0; i < 256; ++i) codes[i] = static_cast<std::uint8_t>(i);
   const auto check = [&](const typename Q::config& c, const typename Q::meta& m) {
-    test::check_avx2_decoder<Q>(c, m, codes);
+    for (const bool flush : {false, true}) {
+      CAPTURE(flush);
+      test::check_avx2_decoder<Q>(c, m, codes, flush);
+    }
   };
   check({}, {});
   const typename Q::config scaled{.group = 128};

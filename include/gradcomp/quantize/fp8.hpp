@@ -142,45 +142,49 @@ struct fp8 {
     for (std::size_t t = 0; t < n % 32; ++t) out[i + t] = encode(c, m, x[i + t], 0);
   }
 
-  // decode() of codes[0, n) into out[0, n), eight at a time with AVX2: the same floats.
+  // decode() of codes[0, n) into out[0, n), eight at a time with F16C (which every AVX2 CPU
+  // in use has; without it, decode() one by one): the same floats.
   GRADCOMP_TARGET_AVX2 static void decode_avx2(const config& c, const meta& m, const code_type* codes, std::size_t n,
                                               float* out) {
-    if constexpr (!e4m3)
-      if (cpu::detail::cpu_has_f16c()) return decode_e5m2_f16c(c, m, codes, n, out);
-    // Locals: the vector stores may alias anything, and c.group would be reloaded per store.
-    const bool scaled = c.group != 0;
-    const __m256 scale = _mm256_set1_ps(m.scale);
-    std::size_t i = 0;
-    for (; i + 8 <= n; i += 8) {
-      const __m128i eight = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(codes + i));
-      _mm256_storeu_ps(out + i, scale_avx2(scaled, scale, detail::float_from_fp8_bits_avx2<e4m3>(_mm256_cvtepu8_epi32(eight))));
-    }
-    for (std::size_t t = 0; t < n % 8; ++t) out[i + t] = decode(c, m, codes[i + t]);
+    if (cpu::detail::cpu_has_f16c()) return decode_f16c(c, m, codes, n, out);
+    for (std::size_t i = 0; i < n; ++i) out[i] = decode(c, m, codes[i]);
   }
 
  private:
-  // An E5M2 code is the high byte of the IEEE half float of the same value, so F16C converts
-  // it exactly (subnormals, infinities and signed zeros included); only NaN is made canonical.
-  __attribute__((target("avx2,f16c"))) static void decode_e5m2_f16c(const config& c, const meta& m,
-                                                                     const code_type* codes, std::size_t n, float* out) {
-    const __m256 nan = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fc00000));
+  // With F16C both formats go through IEEE half floats, which vcvtph2ps converts exactly
+  // (subnormal halves become normal floats, whatever DAZ says):
+  // - an E5M2 code is the high byte of the half of the same value (subnormals, infinities and
+  //   signed zeros included); only NaN is made canonical;
+  // - an E4M3 code's exponent and mantissa bits, moved into a half's low exponent bits and top
+  //   mantissa bits, are a half 2^-8 times the code's value, subnormal codes too (the half
+  //   exponent bias is 15, E4M3's 7); the product with 2^8, or with 2^8 * s when scaled, is
+  //   exact and rounds once, so it has v * s's bits (FTZ included). NaN codes become the
+  //   half NaN 0x7e00, which converts to the canonical float NaN and stays it in the product.
+  // The products need no canonical_nan: x86 multiplies return a NaN operand as it is, and a
+  // checked scale (finite, with max * scale finite) makes no other NaN.
+  // About half the instructions of the integer path (the halves are built in 128-bit lanes).
+  __attribute__((target("avx2,f16c"))) static void decode_f16c(const config& c, const meta& m, const code_type* codes,
+                                                               std::size_t n, float* out) {
     const bool scaled = c.group != 0;
-    const __m256 scale = _mm256_set1_ps(m.scale);
+    const __m256 scale = _mm256_set1_ps(e4m3 ? 0x1p8f * (scaled ? m.scale : 1.0f) : m.scale);
+    const __m256 nan = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fc00000));
     std::size_t i = 0;
     for (; i + 8 <= n; i += 8) {
-      const __m128i eight = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(codes + i));
-      const __m256 v = _mm256_cvtph_ps(_mm_slli_epi16(_mm_cvtepu8_epi16(eight), 8));
-      _mm256_storeu_ps(out + i, scale_avx2(scaled, scale, _mm256_blendv_ps(v, nan, _mm256_cmp_ps(v, v, _CMP_UNORD_Q))));
+      const __m128i w = _mm_cvtepu8_epi16(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(codes + i)));
+      __m256 v;
+      if constexpr (e4m3) {
+        const __m128i magnitude = _mm_slli_epi16(_mm_and_si128(w, _mm_set1_epi16(0x7f)), 7);
+        const __m128i half = _mm_or_si128(_mm_slli_epi16(_mm_and_si128(w, _mm_set1_epi16(0x80)), 8), magnitude);
+        const __m128i is_nan = _mm_cmpeq_epi16(magnitude, _mm_set1_epi16(0x7f << 7));
+        v = _mm256_mul_ps(_mm256_cvtph_ps(_mm_blendv_epi8(half, _mm_set1_epi16(0x7e00), is_nan)), scale);
+      } else {
+        v = _mm256_cvtph_ps(_mm_slli_epi16(w, 8));
+        v = _mm256_blendv_ps(v, nan, _mm256_cmp_ps(v, v, _CMP_UNORD_Q));
+        if (scaled) v = _mm256_mul_ps(v, scale);
+      }
+      _mm256_storeu_ps(out + i, v);
     }
     for (std::size_t t = 0; t < n % 8; ++t) out[i + t] = decode(c, m, codes[i + t]);
-  }
-
-  // canonical_nan(v * scale) when scaled, else v. The product needs no NaN check: v's NaNs
-  // are the canonical one already, x86 multiplies return a NaN operand as it is, and a checked
-  // scale (finite, with max * scale finite) makes no other NaN. (Dropping the check measured
-  // 0.89x the scaled decompress time.)
-  __attribute__((target("avx2"), always_inline)) static __m256 scale_avx2(bool scaled, __m256 scale, __m256 v) {
-    return scaled ? _mm256_mul_ps(v, scale) : v;
   }
 
  public:
