@@ -460,8 +460,8 @@ TEST_CASE_TEMPLATE("piecewise: the AVX2 search picks fit()'s breakpoint, meta bi
     }
 }
 
-TEST_CASE_TEMPLATE("piecewise: the AVX2 decoder gives decode()'s bits for every code", Q, quantize::piecewise<3>,
-                   quantize::piecewise<4>) {
+TEST_CASE_TEMPLATE("piecewise: the AVX2 decoder gives decode()'s bits for every code, also with FTZ and DAZ set", Q,
+                   quantize::piecewise<3>, quantize::piecewise<4>) {
   static_assert(!has_avx2_decoder<quantize::piecewise<5>>, "wider codes keep the compressor's loop");
   if (!cpu::avx2_active()) {
     MESSAGE("no AVX2 on this CPU: skipped");
@@ -481,7 +481,7 @@ TEST_CASE_TEMPLATE("piecewise: the AVX2 decoder gives decode()'s bits for every 
       stored[4] = std::byte{k};
       const auto m = Q::load_meta(stored);
       REQUIRE(Q::check_meta(c, m).ok());
-      test::check_avx2_decoder<Q>(c, m, codes);
+      for (const bool flush : {false, true}) test::check_avx2_decoder<Q>(c, m, codes, flush);
     }
 }
 #endif

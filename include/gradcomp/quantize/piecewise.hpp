@@ -187,38 +187,54 @@ struct piecewise {
   }
 
   GRADCOMP_HD static float decode(const config&, const meta& m, code_type code) {
-    const std::uint32_t u = code;
-    const std::uint32_t c = u & (region_codes - 1u);
-    const std::uint32_t centre_code = c < 2 * centre_levels ? c : 2 * centre_levels;  // the unused code reads as L
-    const float q = static_cast<float>(static_cast<int>(centre_code) - static_cast<int>(centre_levels));
-    const float j = static_cast<float>(tail_levels - 1u - (c & (tail_levels - 1u)));
-    return level(m, q, j, (u & region_codes) != 0, (c & tail_levels) << (32 - (Bits - 1)));
+    const parts s = code_parts(code);
+    return level(m, s.q, s.j, s.tail, s.sign);
   }
 
 #if GRADCOMP_CPU_DISPATCH
   // decode() of codes[0, n) into out[0, n) with AVX2, for up to 4 bits: the same floats. A code
-  // indexes a table of its group's 2^Bits decoded values (filled by decode() itself), held in
-  // two vectors and read with lane permutes: about 6 instructions per 8 values against some 30
-  // for the arithmetic (with load_meta() building only what decode reads, piecewise<4>
-  // decompress measured 0.73-0.75x the time). Wider codes keep the compressor's decode loop.
+  // indexes a table of its group's 2^Bits decoded values, held in two vectors and read with
+  // lane permutes: about 6 instructions per 8 values against some 30 for the arithmetic (with
+  // load_meta() building only what decode reads, piecewise<4> decompress measured 0.73-0.75x
+  // the time). The table is level()'s arithmetic on the codes' constant parts, eight entries
+  // per vector (filled by 16 decode() calls instead, decompress took 1.1x the time). Wider
+  // codes keep the compressor's decode loop.
   GRADCOMP_TARGET_AVX2 static void decode_avx2(const config& c, const meta& m, const code_type* codes, std::size_t n,
                                               float* out)
     requires(Bits <= 4)
   {
-    // Two rows of eight, each filled by its own loop: GCC then builds each row in a register
-    // and stores it whole (one 16-value loop was stored in 16-byte parts, which the 32-byte
-    // loads below cannot forward from: 1.16x the time).
-    alignas(32) float table[2][8];
-    for (std::uint32_t row = 0; row < 2; ++row)
-      for (std::uint32_t l = 0; l < 8; ++l)
-        table[row][l] = decode(c, m, static_cast<code_type>((8 * row + l) & ((1u << Bits) - 1u)));
-    const __m256 low = _mm256_load_ps(table[0]), high = _mm256_load_ps(table[1]);
+    struct code_table {  // code_parts() of codes 0 .. 15 (taken modulo 2^Bits), column by column
+      alignas(32) float q[16], j[16];
+      alignas(32) std::uint32_t tail[16], sign[16];  // tail: an all-ones mask
+    };
+    static constexpr code_table table = [] {
+      code_table t{};
+      for (std::uint32_t code = 0; code < 16; ++code) {
+        const parts s = code_parts(code & ((1u << Bits) - 1u));
+        t.q[code] = s.q;
+        t.j[code] = s.j;
+        t.tail[code] = s.tail ? 0xffffffffu : 0u;
+        t.sign[code] = s.sign;
+      }
+      return t;
+    }();
+    const auto column = [](const auto* at) __attribute__((always_inline, target("avx2"))) {
+      return _mm256_load_ps(reinterpret_cast<const float*>(at));
+    };
+    __m256 rows[2];  // level() of codes 0 .. 7 and 8 .. 15
+    for (std::size_t r = 0; r < 2; ++r) {
+      const __m256 centre = _mm256_mul_ps(column(table.q + 8 * r), _mm256_set1_ps(m.sc));
+      const __m256 magnitude =
+          _mm256_sub_ps(_mm256_set1_ps(m.max), _mm256_mul_ps(column(table.j + 8 * r), _mm256_set1_ps(m.st)));
+      rows[r] =
+          _mm256_blendv_ps(centre, _mm256_xor_ps(magnitude, column(table.sign + 8 * r)), column(table.tail + 8 * r));
+    }
     std::size_t i = 0;
     for (; i + 8 <= n; i += 8) {
       const __m256i code = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(codes + i)));
       const __m256 upper = _mm256_castsi256_ps(_mm256_slli_epi32(code, 28));  // code bit 3 as the sign bit
-      _mm256_storeu_ps(out + i, _mm256_blendv_ps(_mm256_permutevar8x32_ps(low, code),
-                                                 _mm256_permutevar8x32_ps(high, code), upper));
+      _mm256_storeu_ps(out + i, _mm256_blendv_ps(_mm256_permutevar8x32_ps(rows[0], code),
+                                                 _mm256_permutevar8x32_ps(rows[1], code), upper));
     }
     for (std::size_t t = 0; t < n % 8; ++t) out[i + t] = decode(c, m, codes[i + t]);  // (see fp8's encode_avx2)
   }
@@ -263,6 +279,15 @@ struct piecewise {
     s.tail = (a > m.p) & (j < lt);  // 0 for NaN
     s.sign = float_bits(x) & 0x80000000u;
     return s;
+  }
+
+  // What decode() reads off a code: centre level q, tail distance j, region and sign.
+  GRADCOMP_HD static constexpr parts code_parts(std::uint32_t code) {
+    const std::uint32_t c = code & (region_codes - 1u);
+    const std::uint32_t centre_code = c < 2 * centre_levels ? c : 2 * centre_levels;  // the unused code reads as L
+    return {static_cast<float>(static_cast<int>(centre_code) - static_cast<int>(centre_levels)),
+            static_cast<float>(tail_levels - 1u - (c & (tail_levels - 1u))), (code & region_codes) != 0 ? 1u : 0u,
+            (c & tail_levels) << (32 - (Bits - 1))};
   }
 
 #if GRADCOMP_CPU_DISPATCH
