@@ -41,8 +41,8 @@
 // and within 25% at 8 bits (where it is already a quarter of int_block<8>'s).
 // Cost: 16 quantize-and-sum passes over each group, branch-free and vectorised: fit()
 // dominates compression. With AVX2 the compressor runs fit8_avx2 (about 18 vector operations
-// per 8 values and candidate, some 7 ns per value on a Zen 3 VM against 14 for the compiled
-// fit()); piecewise<4> compression still takes 10 to 14 times as long as a memcpy of its
+// per 8 values and candidate; 11 ns per value on a Zen 1 VM against 22 for fit() compiled
+// for AVX2); piecewise<4> compression still takes 10 to 14 times as long as a memcpy of its
 // input.
 //
 // Metadata per group: f32 M, then u8 k (5 bytes); p = M * (k / 32) is recomputed by the
