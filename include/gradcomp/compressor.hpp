@@ -350,7 +350,7 @@ class compressor {
           std::uint32_t body_crc = encode_cast(fb, r.count, out + h.value_offset(), streaming);
           const std::size_t end = h.value_offset() + h.value_bytes;
           body_crc = crc32c(std::span<const std::byte>(out + end, align8(end) - end), body_crc);
-          frame::seal(frame.first(h.frame_bytes()), body_crc);
+          frame::seal(frame.first(h.frame_bytes()), h.value_offset(), body_crc);
           return h.frame_bytes();
         }
       }
@@ -588,11 +588,10 @@ class compressor {
         writer.commit(n);
       }
       // body = [meta, indices, their padding] then [values, padding]
-      const std::size_t prefix = h.value_offset() - frame::header_bytes, end = h.value_offset() + h.value_bytes;
+      const std::size_t end = h.value_offset() + h.value_bytes;
       std::uint32_t values_crc = writer.finish();
       values_crc = crc32c(std::span<const std::byte>(f + end, align8(end) - end), values_crc);
-      const std::uint32_t prefix_crc = crc32c(std::span<const std::byte>(f + frame::header_bytes, prefix));
-      frame::seal(std::span(f, h.frame_bytes()), crc32c_combine(prefix_crc, values_crc, align8(end) - h.value_offset()));
+      frame::seal(std::span(f, h.frame_bytes()), h.value_offset(), values_crc);
     });
   }
 

@@ -58,6 +58,30 @@ TEST_CASE("murmur3 x86_32 known answers") {
   }
 }
 
+TEST_CASE("crc32c: x^(8n) from the table of powers equals repeated squaring, and adds exponents") {
+  const auto squaring = [](std::uint64_t n) {  // the textbook form, as device code runs it
+    std::uint32_t result = 0x80000000u, square = 0x00800000u;
+    for (; n != 0; n >>= 1) {
+      if (n & 1u) result = detail::crc32c_mulmod(result, square);
+      square = detail::crc32c_mulmod(square, square);
+    }
+    return result;
+  };
+  CHECK(detail::crc32c_x_pow_8n(0) == 0x80000000u);  // x^0
+  CHECK(detail::crc32c_x_pow_8n(1) == 0x00800000u);  // x^8
+  std::uint64_t n = 0x9e3779b97f4a7c15ull;
+  for (int i = 0; i < 200; ++i) {
+    n = n * 6364136223846793005ull + 1442695040888963407ull;
+    const std::uint64_t a = n >> (i % 64), b = (n * 31) >> ((i * 7) % 64);
+    CAPTURE(a);
+    CAPTURE(b);
+    CHECK(detail::crc32c_x_pow_8n(a) == squaring(a));
+    if (a <= ~b)
+      CHECK(detail::crc32c_x_pow_8n(a + b) ==
+            detail::crc32c_mulmod(detail::crc32c_x_pow_8n(a), detail::crc32c_x_pow_8n(b)));
+  }
+}
+
 TEST_CASE("crc32c known answer, hardware equals table, combine") {
   const char check[] = "123456789";
   CHECK(crc32c(std::as_bytes(std::span(check, 9))) == 0xE3069283u);

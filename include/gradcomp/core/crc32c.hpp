@@ -56,26 +56,41 @@ inline std::uint32_t crc32c_update_table(std::uint32_t crc, const unsigned char*
   return crc;
 }
 
-// a * b modulo the CRC polynomial, in the reflected bit order CRC registers use.
+// a * b modulo the CRC polynomial, in the reflected bit order CRC registers use (bit 31 is
+// x^0). Branch-free steps; it stops when a has no terms left.
 GRADCOMP_HD constexpr std::uint32_t crc32c_mulmod(std::uint32_t a, std::uint32_t b) {
   std::uint32_t product = 0;
-  for (int i = 0; i < 32; ++i) {
-    if (a & 0x80000000u) product ^= b;
-    a <<= 1;
-    b = (b & 1u) ? (b >> 1) ^ crc32c_poly : b >> 1;
+  for (; a != 0; a <<= 1) {
+    product ^= b & (0u - (a >> 31));
+    b = (b >> 1) ^ (crc32c_poly & (0u - (b & 1u)));  // b * x
   }
   return product;
 }
 
+// x^(8 * 2^k) modulo the polynomial, k = 0 .. 63, by repeated squaring of x^8.
+inline constexpr std::array<std::uint32_t, 64> crc32c_x_pow_8_pow2 = [] {
+  std::array<std::uint32_t, 64> t{};
+  t[0] = 0x00800000u;  // x^8 (one zero byte)
+  for (std::size_t k = 1; k < t.size(); ++k) t[k] = crc32c_mulmod(t[k - 1], t[k - 1]);
+  return t;
+}();
+
 // x^(8 * nbytes) modulo the polynomial: multiplying a register by it appends nbytes zeros.
+// On the host, one product per bit set in nbytes from the table above (crc32c_combine
+// measured 0.9 us by squaring, which writing a frame does twice); device code, which cannot
+// index a host array, squares as it goes.
 GRADCOMP_HD constexpr std::uint32_t crc32c_x_pow_8n(std::uint64_t nbytes) {
   std::uint32_t result = 0x80000000u;  // x^0
-  std::uint32_t square = 0x00800000u;  // x^8 (one zero byte)
-  while (nbytes) {
+#if defined(__CUDA_ARCH__)
+  std::uint32_t square = 0x00800000u;  // x^8
+  for (; nbytes != 0; nbytes >>= 1) {
     if (nbytes & 1u) result = crc32c_mulmod(result, square);
     square = crc32c_mulmod(square, square);
-    nbytes >>= 1;
   }
+#else
+  for (std::size_t k = 0; nbytes != 0; ++k, nbytes >>= 1)
+    if (nbytes & 1u) result = crc32c_mulmod(result, crc32c_x_pow_8_pow2[k]);
+#endif
   return result;
 }
 

@@ -84,18 +84,23 @@ inline void zero_padding(const header& h, std::byte* frame) {
   pad(h.value_offset(), h.value_bytes);
 }
 
-// CRC32C of header bytes [0, 84) and the body; `body_crc` is crc32c of the body alone.
-inline std::uint32_t frame_crc(const std::byte* frame, std::uint32_t body_crc, std::size_t body_bytes) {
-  const std::uint32_t head = crc32c(std::span<const std::byte>(frame, crc_offset));
-  return crc32c_combine(head, body_crc, body_bytes);
+// A frame's CRC32C covers header bytes [0, 84) followed by the body (everything after the
+// header). crc_through(frame, to): the CRC of header bytes [0, 84) and body bytes up to `to`.
+inline std::uint32_t crc_through(const std::byte* frame, std::size_t to) {
+  return crc32c(std::span<const std::byte>(frame + header_bytes, to - header_bytes),
+                crc32c(std::span<const std::byte>(frame, crc_offset)));
 }
 
 // Stores the CRC of a complete frame (header written, sections and padding filled), given
-// the CRC32C of its body (everything after the header) when the writer already has it.
-inline void seal(std::span<std::byte> frame, std::uint32_t body_crc) {
-  store_le<std::uint32_t>(frame.data() + crc_offset, frame_crc(frame.data(), body_crc, frame.size() - header_bytes));
+// the CRC32C of its bytes [from, end) alone, when the writer already has it: one
+// crc32c_combine, the bytes before `from` are read again.
+inline void seal(std::span<std::byte> frame, std::size_t from, std::uint32_t rest_crc) {
+  store_le<std::uint32_t>(frame.data() + crc_offset,
+                          crc32c_combine(crc_through(frame.data(), from), rest_crc, frame.size() - from));
 }
-inline void seal(std::span<std::byte> frame) { seal(frame, crc32c(frame.subspan(header_bytes))); }
+inline void seal(std::span<std::byte> frame) {
+  store_le<std::uint32_t>(frame.data() + crc_offset, crc_through(frame.data(), frame.size()));
+}
 
 // Parses and validates the header of the frame at p, of which `size` bytes are readable
 // (more frames may follow). Checks, in order: length, magic, version, header size, reserved
@@ -149,8 +154,7 @@ GRADCOMP_HD inline result<header> parse_header(const std::byte* p, std::uint64_t
 inline result<header> parse(std::span<const std::byte> bytes, bool verify_crc = true) {
   auto h = parse_header(bytes.data(), bytes.size());
   if (!h || !verify_crc) return h;
-  const auto body = bytes.subspan(header_bytes, h->frame_bytes() - header_bytes);
-  if (frame_crc(bytes.data(), crc32c(body), body.size()) != h->crc)
+  if (crc_through(bytes.data(), h->frame_bytes()) != h->crc)
     return status{errc::checksum_mismatch, "frame CRC32C differs"};
   return h;
 }
