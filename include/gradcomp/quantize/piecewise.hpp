@@ -42,8 +42,8 @@
 // Cost: 16 quantize-and-sum passes over each group, branch-free and vectorised: fit()
 // dominates compression. With AVX2 the compressor runs fit8_avx2 (about 18 vector operations
 // per 8 values and candidate; 11 ns per value on a Zen 1 VM against 22 for fit() compiled
-// for AVX2); piecewise<4> compression still takes 10 to 14 times as long as a memcpy of its
-// input.
+// for AVX2); piecewise<4> compression still takes about 23 times as long as a memcpy of its
+// input there (docs/quantizers.md).
 //
 // Metadata per group: f32 M, then u8 k (5 bytes); p = M * (k / 32) is recomputed by the
 // receiver. check_meta rejects a non-finite M (errc::non_finite_value: the sender's group held
