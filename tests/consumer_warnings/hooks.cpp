@@ -4,6 +4,7 @@
 #include <gradcomp/quantize/fp8.hpp>
 #include <gradcomp/quantize/int_block.hpp>
 #include <gradcomp/quantize/piecewise.hpp>
+#include <gradcomp/quantize/sign.hpp>
 
 #include <cstddef>
 #include <cstdint>
@@ -56,7 +57,7 @@ float consumer_hooks() {
   sum += static_cast<float>(encode_groups<e4m3>({.group = group}) + encode_groups<e5m2>({.group = group}));
   sum += static_cast<float>(encode_groups<q::int_block<8>>({}) + encode_groups<q::int_block<4>>({}) +
                             encode_groups<q::int_block<4, q::int_range::asymmetric>>({}));
-  sum += static_cast<float>(encode_groups<q::piecewise<4>>({}));
+  sum += static_cast<float>(encode_groups<q::piecewise<4>>({}) + encode_groups<q::sign>({}));
   sum += decode_groups<q::fp16>({}) + static_cast<float>(encode_groups<q::fp16>({}));
   return sum;
 }

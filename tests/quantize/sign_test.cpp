@@ -196,3 +196,13 @@ TEST_CASE("sign: after top-k, groups run over the kept values") {
     }
   CHECK(sent == 100);
 }
+
+#if GRADCOMP_CPU_DISPATCH
+TEST_CASE("sign: the AVX2 fit of eight groups gives fit()'s scales") {
+  if (!cpu::avx2_active()) {
+    MESSAGE("no AVX2 on this CPU: skipped");
+    return;
+  }
+  test::check_fit8<quantize::sign>();
+}
+#endif
