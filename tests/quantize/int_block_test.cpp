@@ -293,5 +293,25 @@ TEST_CASE_TEMPLATE("int_block: the AVX2 fit of eight groups gives fit()'s metas"
     return;
   }
   test::check_fit8<Q>();
+  // Extremes decided by signs alone: -0 against +0, all negative, all non-negative, NaN of
+  // either sign, infinities (the asymmetric fit finds min and max without order keys).
+  const float nan = std::numeric_limits<float>::quiet_NaN(), inf = std::numeric_limits<float>::infinity();
+  const std::vector<std::vector<float>> patterns = {
+      {0.0f, -0.0f}, {-0.0f}, {0.0f}, {-0.0f, 2.0f}, {0.0f, -1e-45f}, {-3.0f, -1e-45f, -7.5f}, {1e-45f, 5.0f},
+      {-nan, 1.0f}, {nan, -1.0f}, {-inf, 0.0f}, {inf, -0.0f}, {-2.0f, 3.0f, -0.0f}};
+  for (const std::size_t gs : {16u, 128u}) {
+    std::vector<float> x(8 * gs);
+    for (std::size_t first = 0; first < patterns.size(); first += 8) {
+      for (std::size_t q = 0; q < 8; ++q) {
+        const auto& pattern = patterns[(first + q) % patterns.size()];
+        for (std::size_t j = 0; j < gs; ++j) x[q * gs + j] = pattern[(j * 7 + q) % pattern.size()];
+      }
+      CAPTURE(gs);
+      CAPTURE(first);
+      test::check_fit8_on<Q>(x, gs, [](const typename Q::meta& m) {
+        return std::array<std::uint32_t, 4>{float_bits(m.scale), float_bits(m.lo), float_bits(m.pre), float_bits(m.inv)};
+      });
+    }
+  }
 }
 #endif
