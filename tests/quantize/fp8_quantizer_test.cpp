@@ -394,7 +394,7 @@ TEST_CASE_TEMPLATE("fp8: the AVX2 decoder gives decode()'s bits for every code, 
     MESSAGE("no AVX2 on this CPU: skipped");
     return;
   }
-  if (!cpu::detail::cpu_has_f16c()) MESSAGE("no F16C on this CPU: the integer path is checked");
+  if (!cpu::detail::cpu_has_f16c()) MESSAGE("no F16C on this CPU: the scalar fallback is checked");
   std::vector<std::uint8_t> codes(256 + 5);  // every code, and a tail past a multiple of 8
   for (std::size_t i = 0; i < codes.size(); ++i) codes[i] = static_cast<std::uint8_t>(i * 37 % 256);
   for (std::size_t i = 0; i < 256; ++i) codes[i] = static_cast<std::uint8_t>(i);

@@ -73,8 +73,8 @@ struct sign {
   // fit() of eight whole groups of gs values (a multiple of 8) with AVX2: the same scales.
   // Each group's tree sum of |x| runs tree_sum's additions level by level, operand for
   // operand: the levels of stride 8 and more on whole vectors, the last three (strides 4, 2
-  // and 1) for the eight groups at once, across their vectors (they ran as scalar adds in
-  // fit()). Groups of 8, and groups whose mean is not finite (NaN, infinity, an overflowing
+  // and 1) for the eight groups at once by detail::tree_levels8_avx2 (scalar adds in fit()).
+  // Groups of 8, and groups whose mean is not finite (NaN, infinity, an overflowing
   // sum), take fit().
   GRADCOMP_TARGET_AVX2 static void fit8_avx2(const config& c, const float* x, std::size_t gs, meta* metas) {
     if (gs < 16) {
@@ -95,24 +95,10 @@ struct sign {
           _mm256_store_ps(v + i, _mm256_add_ps(_mm256_load_ps(v + i), _mm256_load_ps(v + p / 2 + i)));
       sums[q] = _mm256_load_ps(v);
     }
-    __m256 stride4[4], stride2[2];  // groups side by side, lower index first in every addition
-    for (std::size_t k = 0; k < 4; ++k)  // lanes i + 4 onto i: groups 2k | 2k + 1
-      stride4[k] = _mm256_add_ps(_mm256_permute2f128_ps(sums[2 * k], sums[2 * k + 1], 0x20),
-                                 _mm256_permute2f128_ps(sums[2 * k], sums[2 * k + 1], 0x31));
-    for (std::size_t k = 0; k < 2; ++k) {  // i + 2 onto i: groups 4k, 4k + 2 | 4k + 1, 4k + 3
-      const __m256d a = _mm256_castps_pd(stride4[2 * k]), b = _mm256_castps_pd(stride4[2 * k + 1]);
-      stride2[k] = _mm256_add_ps(_mm256_castpd_ps(_mm256_unpacklo_pd(a, b)), _mm256_castpd_ps(_mm256_unpackhi_pd(a, b)));
-    }
-    const __m256 total =  // i + 1 onto i: groups 0, 2, 4, 6 | 1, 3, 5, 7
-        _mm256_add_ps(_mm256_shuffle_ps(stride2[0], stride2[1], _MM_SHUFFLE(2, 0, 2, 0)),
-                      _mm256_shuffle_ps(stride2[0], stride2[1], _MM_SHUFFLE(3, 1, 3, 1)));
     alignas(32) float means[8];
-    _mm256_store_ps(means, _mm256_div_ps(total, _mm256_set1_ps(static_cast<float>(gs))));
-    for (std::size_t lane = 0; lane < 8; ++lane) {
-      const std::size_t q = lane < 4 ? 2 * lane : 2 * (lane - 4) + 1;
-      metas[q].scale = means[lane];
-      if (!is_finite_bits(float_bits(means[lane]))) metas[q] = fit(c, x + q * gs, gs);
-    }
+    _mm256_store_ps(means, _mm256_div_ps(detail::tree_levels8_avx2(sums), _mm256_set1_ps(static_cast<float>(gs))));
+    for (std::size_t q = 0; q < 8; ++q)
+      metas[q] = is_finite_bits(float_bits(means[q])) ? meta{means[q]} : fit(c, x + q * gs, gs);
   }
 #endif
 
