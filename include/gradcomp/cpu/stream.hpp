@@ -190,7 +190,7 @@ std::uint32_t write_codes(std::size_t count, CodeAt&& code, std::byte* out, std:
       const std::size_t m = std::min(tile, count - i0);
       for (std::size_t j = 0; j < m; ++j) buffer[j] = code_at(i0 + j);
       const auto bytes = std::as_bytes(std::span(buffer, m));
-      crc = crc32c(bytes, crc);
+      crc = gradcomp::detail::crc32c_integer(bytes, crc);
       detail::copy_tile(out + i0 * sizeof(Code), bytes.data(), bytes.size(), streaming);
     }
   });
@@ -242,7 +242,7 @@ class packed_stream {
 
  private:
   static constexpr std::uint64_t mask = (1ull << Bits) - 1u;
-  // Three CRC32C streams' worth (crc32c() checksums whole rounds of them in parallel).
+  // Three CRC32C streams' worth (crc32c_integer() checksums whole rounds of them in parallel).
   static constexpr std::size_t flush_bytes = 3 * gradcomp::detail::crc32c_stream_bytes;
 
   void pack(const Code* codes, std::size_t n) {
@@ -287,7 +287,7 @@ class packed_stream {
   }
 
   void flush() {
-    crc_ = crc32c(std::span<const std::byte>(tile_, used_), crc_);
+    crc_ = gradcomp::detail::crc32c_integer(std::span<const std::byte>(tile_, used_), crc_);
     detail::copy_tile(out_, tile_, used_, streaming_);
     out_ += used_;
     used_ = 0;
