@@ -98,10 +98,13 @@ GRADCOMP_HD constexpr std::uint32_t crc32c_x_pow_8n(std::uint64_t nbytes) {
   return result;
 }
 
-#if GRADCOMP_HAVE_X86_CRC
+// Three streams of this many bytes make one round of the hardware CRC (and one tile of
+// cpu::packed_stream, on any CPU); the shifts join them.
 inline constexpr std::size_t crc32c_stream_bytes = 4096;
 inline constexpr std::uint32_t crc32c_shift_1 = crc32c_x_pow_8n(crc32c_stream_bytes);
 inline constexpr std::uint32_t crc32c_shift_2 = crc32c_x_pow_8n(2 * crc32c_stream_bytes);
+
+#if GRADCOMP_HAVE_X86_CRC
 
 __attribute__((target("sse4.2"))) inline std::uint32_t crc32c_update_sse42(std::uint32_t crc, const unsigned char* p,
                                                                           std::size_t n) {
