@@ -460,9 +460,10 @@ TEST_CASE_TEMPLATE("piecewise: the AVX2 search picks fit()'s breakpoint, meta bi
     }
 }
 
-TEST_CASE_TEMPLATE("piecewise: the AVX2 decoder gives decode()'s bits for every code, also with FTZ and DAZ set", Q,
+TEST_CASE_TEMPLATE("piecewise: the AVX2 decoder and accumulator give decode()'s bits for every code, also with FTZ and DAZ set", Q,
                    quantize::piecewise<3>, quantize::piecewise<4>) {
-  static_assert(!has_avx2_decoder<quantize::piecewise<5>>, "wider codes keep the compressor's loop");
+  static_assert(!has_avx2_decoder<quantize::piecewise<5>> && !has_avx2_accumulator<quantize::piecewise<5>>,
+                "wider codes keep the compressor's loop");
   if (!cpu::avx2_active()) {
     MESSAGE("no AVX2 on this CPU: skipped");
     return;
@@ -481,7 +482,38 @@ TEST_CASE_TEMPLATE("piecewise: the AVX2 decoder gives decode()'s bits for every 
       stored[4] = std::byte{k};
       const auto m = Q::load_meta(stored);
       REQUIRE(Q::check_meta(c, m).ok());
-      for (const bool flush : {false, true}) test::check_avx2_decoder<Q>(c, m, codes, flush);
+      for (const bool flush : {false, true}) {
+        test::check_avx2_decoder<Q>(c, m, codes, flush);
+        test::check_avx2_accumulator<Q>(c, m, codes, flush);
+      }
     }
 }
 #endif
+
+TEST_CASE("piecewise: accumulate adds decompress's values, NaN canonical, whatever the group size") {
+  const float starts[] = {0.0f, -0.0f, 2.5f, -1e-3f, 1e-41f, std::numeric_limits<float>::max(),
+                          std::numeric_limits<float>::infinity(), -std::numeric_limits<float>::infinity(),
+                          bits_float(0x7fa00001u), bits_float(0xffc00000u)};
+  const auto x = test::heavy_tailed(6003, 17);  // a partial last group, and more than the prefetch distance
+  const auto check = [&](const auto& comp) {
+    auto st = comp.make_state(x.size());
+    std::vector<std::byte> payload(comp.template max_payload_bytes<float>(x.size()));
+    payload.resize(comp.template compress<float>(x, st, payload).value());
+    std::vector<float> decoded(x.size()), sum(x.size());
+    REQUIRE(comp.template decompress<float>(payload, decoded).ok());
+    for (std::size_t i = 0; i < sum.size(); ++i) sum[i] = starts[(i * 7 + i / 13) % std::size(starts)];
+    const std::vector<float> before = sum;
+    REQUIRE(comp.template accumulate<float>(payload, sum).ok());
+    for (std::size_t i = 0; i < sum.size(); ++i) {
+      CAPTURE(i);
+      REQUIRE(float_bits(sum[i]) == float_bits(canonical_nan(before[i] + decoded[i])));
+    }
+  };
+  for (const std::size_t group : {8u, 128u, 1024u}) {
+    CAPTURE(group);
+    check(test::with_quantizer<quantize::piecewise<4>>({.quantize = {.group = group}}));
+    // frames that start past element 0
+    check(compressor<partition::chunks, sparsify::dense, quantize::piecewise<4>, feedback::none>(
+        {.partition = {.chunk_bytes = 8192}, .quantize = {.group = group}}));
+  }
+}

@@ -164,6 +164,30 @@ void check_avx2_decoder(const typename Q::config& c, const typename Q::meta& m, 
     REQUIRE(float_bits(fast[i]) == float_bits(slow[i]));
   }
 }
+
+// Q::accumulate_avx2 against canonical_nan(sum + Q::decode), bit for bit, on sums that make
+// every kind of result: NaN of any payload or sign, infinities of both signs, overflow to
+// infinity, -0 and +0, subnormals; nothing is written past the codes. `flush` as above.
+template <class Q>
+void check_avx2_accumulator(const typename Q::config& c, const typename Q::meta& m,
+                            const std::vector<std::uint8_t>& codes, bool flush = false) {
+  const float starts[] = {0.0f, -0.0f, 1.5f, -2.25e-3f, 1e-41f, std::numeric_limits<float>::max(),
+                          -std::numeric_limits<float>::max(), std::numeric_limits<float>::infinity(),
+                          -std::numeric_limits<float>::infinity(), bits_float(0x7fa00001u), bits_float(0xffc00000u)};
+  std::vector<float> fast(codes.size() + 1), slow(codes.size());
+  for (std::size_t i = 0; i < codes.size(); ++i) fast[i] = slow[i] = starts[(i * 7 + i / 11) % std::size(starts)];
+  fast.back() = 5.0f;
+  const unsigned saved = _mm_getcsr();
+  if (flush) _mm_setcsr(saved | 0x8040u);  // FTZ | DAZ
+  Q::accumulate_avx2(c, m, codes.data(), codes.size(), fast.data());
+  for (std::size_t i = 0; i < codes.size(); ++i) slow[i] = canonical_nan(slow[i] + Q::decode(c, m, codes[i]));
+  _mm_setcsr(saved);
+  REQUIRE(float_bits(fast.back()) == float_bits(5.0f));
+  for (std::size_t i = 0; i < codes.size(); ++i) {
+    CAPTURE(i);
+    REQUIRE(float_bits(fast[i]) == float_bits(slow[i]));
+  }
+}
 #endif
 
 }  // namespace gradcomp::test

@@ -125,6 +125,14 @@ concept has_avx2_decoder = quantizer_decode<Q> && requires(const typename Q::con
   Q::decode_avx2(c, m, codes, std::size_t{}, out);
 };
 
+// Optional, likewise: accumulate_avx2(c, m, codes, n, sum) sets sum[i] to
+// canonical_nan(sum[i] + decode(c, m, codes[i])), decoding and adding in one pass.
+template <class Q>
+concept has_avx2_accumulator = quantizer_decode<Q> && requires(const typename Q::config& c, const typename Q::meta& m,
+                                                               const typename Q::code_type* codes, float* sum) {
+  Q::accumulate_avx2(c, m, codes, std::size_t{}, sum);
+};
+
 // Optional, likewise: fit8_avx2(c, x, gs, metas) writes fit(c, x + q * gs, gs) to metas[q] for
 // q < 8 (eight whole groups, gs a multiple of 8).
 template <class Q>

@@ -203,40 +203,28 @@ struct piecewise {
                                               float* out)
     requires(Bits <= 4)
   {
-    struct code_table {  // code_parts() of codes 0 .. 15 (taken modulo 2^Bits), column by column
-      alignas(32) float q[16], j[16];
-      alignas(32) std::uint32_t tail[16], sign[16];  // tail: an all-ones mask
-    };
-    static constexpr code_table table = [] {
-      code_table t{};
-      for (std::uint32_t code = 0; code < 16; ++code) {
-        const parts s = code_parts(code & ((1u << Bits) - 1u));
-        t.q[code] = s.q;
-        t.j[code] = s.j;
-        t.tail[code] = s.tail ? 0xffffffffu : 0u;
-        t.sign[code] = s.sign;
-      }
-      return t;
-    }();
-    const auto column = [](const auto* at) __attribute__((always_inline, target("avx2"))) {
-      return _mm256_load_ps(reinterpret_cast<const float*>(at));
-    };
-    __m256 rows[2];  // level() of codes 0 .. 7 and 8 .. 15
-    for (std::size_t r = 0; r < 2; ++r) {
-      const __m256 centre = _mm256_mul_ps(column(table.q + 8 * r), _mm256_set1_ps(m.sc));
-      const __m256 magnitude =
-          _mm256_sub_ps(_mm256_set1_ps(m.max), _mm256_mul_ps(column(table.j + 8 * r), _mm256_set1_ps(m.st)));
-      rows[r] =
-          _mm256_blendv_ps(centre, _mm256_xor_ps(magnitude, column(table.sign + 8 * r)), column(table.tail + 8 * r));
-    }
+    const code_table t = table_avx2(m);
+    std::size_t i = 0;
+    for (; i + 8 <= n; i += 8) _mm256_storeu_ps(out + i, look_up8_avx2(t, codes + i));
+    for (std::size_t r = 0; r < n % 8; ++r) out[i + r] = decode(c, m, codes[i + r]);  // (see fp8's encode_avx2)
+  }
+
+  // decode_avx2 added to sum[0, n) in the same pass, NaN canonical as canonical_nan makes it:
+  // piecewise<4> accumulate measured 0.91x the time of decoding a group into a buffer first.
+  GRADCOMP_TARGET_AVX2 static void accumulate_avx2(const config& c, const meta& m, const code_type* codes, std::size_t n,
+                                                  float* sum)
+    requires(Bits <= 4)
+  {
+    const code_table t = table_avx2(m);
+    const __m256i magnitude = _mm256_set1_epi32(0x7fffffff), infinity = _mm256_set1_epi32(0x7f800000);
+    const __m256 quiet_nan = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fc00000));
     std::size_t i = 0;
     for (; i + 8 <= n; i += 8) {
-      const __m256i code = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(codes + i)));
-      const __m256 upper = _mm256_castsi256_ps(_mm256_slli_epi32(code, 28));  // code bit 3 as the sign bit
-      _mm256_storeu_ps(out + i, _mm256_blendv_ps(_mm256_permutevar8x32_ps(rows[0], code),
-                                                 _mm256_permutevar8x32_ps(rows[1], code), upper));
+      const __m256 v = _mm256_add_ps(_mm256_loadu_ps(sum + i), look_up8_avx2(t, codes + i));
+      const __m256i nan = _mm256_cmpgt_epi32(_mm256_and_si256(_mm256_castps_si256(v), magnitude), infinity);
+      _mm256_storeu_ps(sum + i, _mm256_blendv_ps(v, quiet_nan, _mm256_castsi256_ps(nan)));
     }
-    for (std::size_t t = 0; t < n % 8; ++t) out[i + t] = decode(c, m, codes[i + t]);  // (see fp8's encode_avx2)
+    for (std::size_t r = 0; r < n % 8; ++r) sum[i + r] = canonical_nan(sum[i + r] + decode(c, m, codes[i + r]));
   }
 #endif
 
@@ -291,6 +279,50 @@ struct piecewise {
   }
 
 #if GRADCOMP_CPU_DISPATCH
+  // level() of codes 0 .. 7 and 8 .. 15 of a group (codes taken modulo 2^Bits), for lookups.
+  struct code_table {
+    __m256 rows[2];
+  };
+
+  __attribute__((target("avx2"), always_inline)) static code_table table_avx2(const meta& m)
+    requires(Bits <= 4)
+  {
+    struct parts_columns {  // code_parts() of codes 0 .. 15, column by column
+      alignas(32) float q[16], j[16];
+      alignas(32) std::uint32_t tail[16], sign[16];  // tail: an all-ones mask
+    };
+    static constexpr parts_columns columns = [] {
+      parts_columns t{};
+      for (std::uint32_t code = 0; code < 16; ++code) {
+        const parts s = code_parts(code & ((1u << Bits) - 1u));
+        t.q[code] = s.q;
+        t.j[code] = s.j;
+        t.tail[code] = s.tail ? 0xffffffffu : 0u;
+        t.sign[code] = s.sign;
+      }
+      return t;
+    }();
+    const auto column = [](const auto* at) __attribute__((always_inline, target("avx2"))) {
+      return _mm256_load_ps(reinterpret_cast<const float*>(at));
+    };
+    code_table t;
+    for (std::size_t r = 0; r < 2; ++r) {
+      const __m256 centre = _mm256_mul_ps(column(columns.q + 8 * r), _mm256_set1_ps(m.sc));
+      const __m256 magnitude =
+          _mm256_sub_ps(_mm256_set1_ps(m.max), _mm256_mul_ps(column(columns.j + 8 * r), _mm256_set1_ps(m.st)));
+      t.rows[r] = _mm256_blendv_ps(centre, _mm256_xor_ps(magnitude, column(columns.sign + 8 * r)),
+                                   column(columns.tail + 8 * r));
+    }
+    return t;
+  }
+
+  // The decoded values of codes[0, 8).
+  __attribute__((target("avx2"), always_inline)) static __m256 look_up8_avx2(const code_table& t, const code_type* codes) {
+    const __m256i code = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(codes)));
+    const __m256 upper = _mm256_castsi256_ps(_mm256_slli_epi32(code, 28));  // code bit 3 as the sign bit
+    return _mm256_blendv_ps(_mm256_permutevar8x32_ps(t.rows[0], code), _mm256_permutevar8x32_ps(t.rows[1], code), upper);
+  }
+
   // fit()'s search over a group of n values (a power of two >= 16) whose maximum |x| is finite
   // and positive; see fit8_avx2.
   GRADCOMP_TARGET_AVX2 static meta search_avx2(const float* x, std::size_t n, float max) {
