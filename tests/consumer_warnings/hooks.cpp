@@ -26,6 +26,7 @@ __attribute__((target("avx2"))) float decode_groups(const typename Q::config& c)
   float sum = 0.0f;
   for (std::size_t g = 0; g < groups; ++g) {
     Q::decode_avx2(c, m, in + g * group, group, values + g * group);
+    if constexpr (gradcomp::has_avx2_accumulator<Q>) Q::accumulate_avx2(c, m, in + g * group, group, values + g * group);
     sum += values[g * group];
   }
   return sum;
