@@ -880,8 +880,9 @@ class compressor {
 #if GRADCOMP_CPU_DISPATCH
   // apply_frame's dense accumulate into fp32 for quantizers with an accumulate_avx2 hook: codes
   // decoded and added in one pass, prefetch_piece values at a time (piecewise<4> accumulate:
-  // 0.91x the time of decoding into a buffer first). Its own function: as a fourth loop nest
-  // in apply_frame's body it made GCC compile piecewise decompress 1.05-1.08x slower.
+  // 0.78x the time of decoding into a buffer first). Its own function: as a fourth loop nest
+  // in apply_frame's body it gained less (0.91-0.94x) and made GCC compile piecewise
+  // decompress 1.04-1.13x slower.
   GRADCOMP_VECTORIZE GRADCOMP_TARGET_AVX2 void accumulate_in_one_pass(const frame::header& h, const std::byte* f,
                                                                       float* region) const
     requires has_avx2_accumulator<Quantizer>

@@ -215,9 +215,6 @@ inline bool cpu_prefers_pclmul_crc() {
 }
 #endif
 
-}  // namespace detail
-
-namespace detail {
 // crc32c() without the folding path. Writers that checksum each tile between vector encoding
 // steps use it: the crc32 instruction runs on the integer units, beside the encoding, while
 // folding needs the vector units the encoding uses (on a Zen 1 VM, where folding alone runs
