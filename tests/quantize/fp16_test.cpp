@@ -11,6 +11,8 @@
 #include <immintrin.h>
 #endif
 
+#include "support/quantize.hpp"
+
 using namespace gradcomp;
 
 #if GRADCOMP_CPU_DISPATCH
@@ -70,5 +72,15 @@ TEST_CASE("fp16: the F16C decoder gives float_from_fp16_bits' bits for every cod
   // signalling NaN codes stay signalling, as in float_from_fp16_bits
   CHECK(float_bits(out[0x7c01]) == 0x7f802000u);
   CHECK(float_bits(out[0xfd00]) == 0xffa00000u);
+}
+
+TEST_CASE("fp16: the F16C accumulator adds float_from_fp16_bits' values, NaN canonical, for every code") {
+  if (!cpu::avx2_active()) {
+    MESSAGE("no AVX2 on this CPU: skipped");
+    return;
+  }
+  std::vector<std::uint16_t> codes(0x10000 + 3);  // every code, then a scalar tail
+  for (std::size_t i = 0; i < codes.size(); ++i) codes[i] = static_cast<std::uint16_t>(i < 0x10000 ? i : i * 40503u);
+  for (const bool flush : {false, true}) test::check_avx2_accumulator<Q>({}, {}, codes, flush);
 }
 #endif

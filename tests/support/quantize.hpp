@@ -170,7 +170,7 @@ void check_avx2_decoder(const typename Q::config& c, const typename Q::meta& m, 
 // infinity, -0 and +0, subnormals; nothing is written past the codes. `flush` as above.
 template <class Q>
 void check_avx2_accumulator(const typename Q::config& c, const typename Q::meta& m,
-                            const std::vector<std::uint8_t>& codes, bool flush = false) {
+                            const std::vector<typename Q::code_type>& codes, bool flush = false) {
   const float starts[] = {0.0f, -0.0f, 1.5f, -2.25e-3f, 1e-41f, std::numeric_limits<float>::max(),
                           -std::numeric_limits<float>::max(), std::numeric_limits<float>::infinity(),
                           -std::numeric_limits<float>::infinity(), bits_float(0x7fa00001u), bits_float(0xffc00000u)};
