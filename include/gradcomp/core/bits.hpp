@@ -4,7 +4,12 @@
 #include <cstdint>
 #include <cstring>
 
+#include "../cpu/dispatch.hpp"
 #include "config.hpp"
+
+#if GRADCOMP_CPU_DISPATCH
+#include <immintrin.h>
+#endif
 
 namespace gradcomp {
 
@@ -61,5 +66,16 @@ GRADCOMP_HD inline float canonical_nan(float x) {
   const std::uint32_t u = float_bits(x);
   return bits_float(detail::select((u & 0x7fffffffu) > 0x7f800000u, 0x7fc00000u, u));
 }
+
+#if GRADCOMP_CPU_DISPATCH
+namespace detail {
+// canonical_nan of eight floats (the AVX2 accumulate hooks).
+__attribute__((target("avx2"), always_inline)) inline __m256 canonical_nan_avx2(__m256 v) {
+  const __m256i nan = _mm256_cmpgt_epi32(_mm256_and_si256(_mm256_castps_si256(v), _mm256_set1_epi32(0x7fffffff)),
+                                         _mm256_set1_epi32(0x7f800000));
+  return _mm256_blendv_ps(v, _mm256_castsi256_ps(_mm256_set1_epi32(0x7fc00000)), _mm256_castsi256_ps(nan));
+}
+}  // namespace detail
+#endif
 
 }  // namespace gradcomp

@@ -56,14 +56,11 @@ struct fp16 : ungrouped_quantizer {
 
  private:
   __attribute__((target("avx2,f16c"))) static void accumulate_f16c(const code_type* codes, std::size_t n, float* sum) {
-    const __m256i magnitude = _mm256_set1_epi32(0x7fffffff), infinity = _mm256_set1_epi32(0x7f800000);
-    const __m256 quiet_nan = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fc00000));
     std::size_t i = 0;
     for (; i + 8 <= n; i += 8) {
       const __m256 v = _mm256_add_ps(_mm256_loadu_ps(sum + i),
                                      _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(codes + i))));
-      const __m256i nan = _mm256_cmpgt_epi32(_mm256_and_si256(_mm256_castps_si256(v), magnitude), infinity);
-      _mm256_storeu_ps(sum + i, _mm256_blendv_ps(v, quiet_nan, _mm256_castsi256_ps(nan)));
+      _mm256_storeu_ps(sum + i, detail::canonical_nan_avx2(v));
     }
     for (std::size_t t = 0; t < n % 8; ++t) sum[i + t] = canonical_nan(sum[i + t] + float_from_fp16_bits(codes[i + t]));
   }

@@ -216,14 +216,10 @@ struct piecewise {
     requires(Bits <= 4)
   {
     const code_table t = table_avx2(m);
-    const __m256i magnitude = _mm256_set1_epi32(0x7fffffff), infinity = _mm256_set1_epi32(0x7f800000);
-    const __m256 quiet_nan = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fc00000));
     std::size_t i = 0;
-    for (; i + 8 <= n; i += 8) {
-      const __m256 v = _mm256_add_ps(_mm256_loadu_ps(sum + i), look_up8_avx2(t, codes + i));
-      const __m256i nan = _mm256_cmpgt_epi32(_mm256_and_si256(_mm256_castps_si256(v), magnitude), infinity);
-      _mm256_storeu_ps(sum + i, _mm256_blendv_ps(v, quiet_nan, _mm256_castsi256_ps(nan)));
-    }
+    for (; i + 8 <= n; i += 8)
+      _mm256_storeu_ps(sum + i,
+                       detail::canonical_nan_avx2(_mm256_add_ps(_mm256_loadu_ps(sum + i), look_up8_avx2(t, codes + i))));
     for (std::size_t r = 0; r < n % 8; ++r) sum[i + r] = canonical_nan(sum[i + r] + decode(c, m, codes[i + r]));
   }
 #endif
