@@ -1,11 +1,15 @@
 // The AVX2 and baseline versions of the CPU loops produce the same bytes, including the
-// pipelined store path taken by large dense payloads.
+// pipelined store path taken by large dense payloads and the non-temporal decompress.
 #include <gradcomp/gradcomp.hpp>
 
 #include <doctest/doctest.h>
 
+#include <algorithm>
+#include <cstdint>
+#include <span>
 #include <vector>
 
+#include "support/codec.hpp"
 #include "support/random.hpp"
 
 using namespace gradcomp;
@@ -77,4 +81,59 @@ TEST_CASE("AVX2 and baseline loops give identical payloads, residuals and sums")
   check_same(compressor<partition::chunks, sparsify::topk, quantize::piecewise<3>, feedback::residual>(
                  {.sparsify = {.density = 0.01}}),
              g);
+}
+
+namespace {
+// decompress of a dense payload above the streaming-store size, with AVX2 (each eight values
+// stored non-temporally where the output is 16-byte aligned, else through the batch buffer),
+// against the baseline version, into outputs at every alignment from 0 to 28 bytes past a
+// 32-byte boundary; nothing written around the output.
+template <class C>
+void check_large_decompress(const C& comp, const std::vector<float>& g) {
+  const auto payload = test::compress_at(comp, g);
+  cpu::avx2_allowed() = false;
+  const auto expected = test::decompressed(comp, payload, g.size());
+  cpu::avx2_allowed() = true;
+  std::vector<float> buffer(g.size() + 32);
+  const std::size_t base = (32 - reinterpret_cast<std::uintptr_t>(buffer.data()) % 32) % 32 / 4;
+  for (std::size_t shift = 0; shift < 8; ++shift) {
+    CAPTURE(shift);
+    std::fill(buffer.begin(), buffer.end(), 5.0f);
+    const std::span<float> out(buffer.data() + base + shift, g.size());
+    REQUIRE(comp.template decompress<float>(payload, out).ok());
+    std::size_t wrong = 0;
+    for (std::size_t i = 0; i < g.size(); ++i) wrong += float_bits(out[i]) != float_bits(expected[i]);
+    CHECK(wrong == 0);
+    for (float* p = buffer.data(); p < buffer.data() + buffer.size(); ++p)
+      if (p < out.data() || p >= out.data() + out.size()) REQUIRE(float_bits(*p) == float_bits(5.0f));
+  }
+}
+}  // namespace
+
+TEST_CASE("a large dense decompress writes the baseline's floats at every output alignment") {
+  if (!cpu::avx2_active()) {
+    MESSAGE("no AVX2 on this CPU: skipped");
+    return;
+  }
+  // Past the streaming-store size (2^21 floats), and no whole number of groups.
+  const auto g = test::heavy_tailed(2'100'003, 32);
+  using quantize::int_range;
+  check_large_decompress(compressor<partition::whole, sparsify::dense, quantize::int_block<8>, feedback::none>{}, g);
+  check_large_decompress(compressor<partition::whole, sparsify::dense, quantize::int_block<4, int_range::asymmetric>, feedback::none>(
+                             {.quantize = {.group = 8}}),
+                         g);
+  check_large_decompress(compressor<partition::whole, sparsify::dense, quantize::int_block<2>, feedback::none>(
+                             {.quantize = {.group = 2}}),  // not a multiple of 4: the batch buffer
+                         g);
+  check_large_decompress(compressor<partition::whole, sparsify::dense, quantize::sign, feedback::none>{}, g);
+  check_large_decompress(compressor<partition::whole, sparsify::dense, quantize::qsgd<4>, feedback::none>{}, g);
+  check_large_decompress(compressor<partition::whole, sparsify::dense, quantize::terngrad, feedback::none>{}, g);
+  check_large_decompress(compressor<partition::whole, sparsify::dense, quantize::natural, feedback::none>{}, g);
+  check_large_decompress(compressor<partition::whole, sparsify::dense, quantize::bf16, feedback::none>{}, g);
+  check_large_decompress(compressor<partition::whole, sparsify::dense, quantize::fp16, feedback::none>{}, g);
+  check_large_decompress(compressor<partition::whole, sparsify::dense, quantize::fp8_e4m3, feedback::none>{}, g);
+  check_large_decompress(compressor<partition::whole, sparsify::dense, quantize::fp8_e5m2, feedback::none>(
+                             {.quantize = {.group = 4}}),
+                         g);
+  check_large_decompress(compressor<partition::whole, sparsify::dense, quantize::piecewise<4>, feedback::none>{}, g);
 }

@@ -63,12 +63,9 @@ TEST_CASE("fp16: the F16C decoder gives float_from_fp16_bits' bits for every cod
   std::vector<std::uint16_t> codes(0x10000 + 3);  // every code, then a scalar tail
   for (std::size_t i = 0; i < codes.size(); ++i) codes[i] = static_cast<std::uint16_t>(i * 40503u);
   for (std::size_t i = 0; i < 0x10000; ++i) codes[i] = static_cast<std::uint16_t>(i);
-  std::vector<float> out(codes.size() + 1, 5.0f);
+  test::check_avx2_decoder<Q>({}, {}, codes);  // plain and non-temporal stores
+  std::vector<float> out(codes.size());
   Q::decode_avx2({}, {}, codes.data(), codes.size(), out.data());
-  std::size_t mismatches = 0;
-  for (std::size_t i = 0; i < codes.size(); ++i) mismatches += float_bits(out[i]) != float_bits(float_from_fp16_bits(codes[i]));
-  CHECK(mismatches == 0);
-  CHECK(float_bits(out.back()) == float_bits(5.0f));
   // signalling NaN codes stay signalling, as in float_from_fp16_bits
   CHECK(float_bits(out[0x7c01]) == 0x7f802000u);
   CHECK(float_bits(out[0xfd00]) == 0xffa00000u);

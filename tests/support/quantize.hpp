@@ -6,6 +6,7 @@
 
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <array>
 #include <cmath>
 #include <cstring>
@@ -147,22 +148,35 @@ void check_fit8() {
 }
 
 // Q::decode_avx2 against Q::decode, float bit for float bit, on the given codes (a count
-// past a multiple of 8 runs the scalar tail too); nothing is written past them. `flush`: both
-// run with FTZ and DAZ set.
-template <class Q>
-void check_avx2_decoder(const typename Q::config& c, const typename Q::meta& m, const std::vector<std::uint8_t>& codes,
+// past a multiple of 8 runs the scalar tail too); nothing is written past them. The
+// non-temporal form decode_avx2<true> too, where Q has it, into a 16-byte aligned buffer that
+// is not 32-byte aligned. `flush`: all run with FTZ and DAZ set.
+template <class Q, class Code>
+void check_avx2_decoder(const typename Q::config& c, const typename Q::meta& m, const std::vector<Code>& codes,
                         bool flush = false) {
-  std::vector<float> fast(codes.size() + 1, 5.0f), slow(codes.size());  // + 1: a guard past n
+  const std::size_t n = codes.size();
+  std::vector<float> slow(n), buffer(n + 16, 5.0f);
+  float* const fast = buffer.data() + (48 - reinterpret_cast<std::uintptr_t>(buffer.data()) % 32) % 32 / 4;  // 16 mod 32
   const unsigned saved = _mm_getcsr();
   if (flush) _mm_setcsr(saved | 0x8040u);  // FTZ | DAZ
-  Q::decode_avx2(c, m, codes.data(), codes.size(), fast.data());
-  for (std::size_t i = 0; i < codes.size(); ++i) slow[i] = Q::decode(c, m, codes[i]);
-  _mm_setcsr(saved);
-  REQUIRE(float_bits(fast.back()) == float_bits(5.0f));
-  for (std::size_t i = 0; i < codes.size(); ++i) {
-    CAPTURE(i);
-    REQUIRE(float_bits(fast[i]) == float_bits(slow[i]));
+  for (std::size_t i = 0; i < n; ++i) slow[i] = Q::decode(c, m, codes[i]);
+  for (const bool streaming : {false, true}) {
+    CAPTURE(streaming);
+    std::fill(buffer.begin(), buffer.end(), 5.0f);
+    if (!streaming) {
+      Q::decode_avx2(c, m, codes.data(), n, fast);
+    } else if constexpr (has_streaming_avx2_decoder<Q>) {
+      Q::template decode_avx2<true>(c, m, codes.data(), n, fast);
+      _mm_sfence();
+    }
+    for (float* p = buffer.data(); p < buffer.data() + buffer.size(); ++p)  // nothing written around
+      if (p < fast || p >= fast + n) REQUIRE(float_bits(*p) == float_bits(5.0f));
+    for (std::size_t i = 0; i < n; ++i) {
+      CAPTURE(i);
+      REQUIRE(float_bits(fast[i]) == float_bits(slow[i]));
+    }
   }
+  _mm_setcsr(saved);
 }
 
 // Q::accumulate_avx2 against canonical_nan(sum + Q::decode), bit for bit, on sums that make

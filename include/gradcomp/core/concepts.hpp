@@ -125,6 +125,16 @@ concept has_avx2_decoder = quantizer_decode<Q> && requires(const typename Q::con
   Q::decode_avx2(c, m, codes, std::size_t{}, out);
 };
 
+// Optional, with it: decode_avx2<true>(c, m, codes, n, out) writes the same, out 16-byte
+// aligned, eight values at a time with non-temporal stores (detail::store8_avx2<true>), for
+// a decompress into a buffer larger than the cache.
+template <class Q>
+concept has_streaming_avx2_decoder =
+    has_avx2_decoder<Q> && requires(const typename Q::config& c, const typename Q::meta& m,
+                                    const typename Q::code_type* codes, float* out) {
+      Q::template decode_avx2<true>(c, m, codes, std::size_t{}, out);
+    };
+
 // Optional, likewise: accumulate_avx2(c, m, codes, n, sum) sets sum[i] to
 // canonical_nan(sum[i] + decode(c, m, codes[i])), decoding and adding in one pass.
 template <class Q>

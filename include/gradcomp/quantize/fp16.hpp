@@ -39,9 +39,10 @@ struct fp16 : ungrouped_quantizer {
     if (cpu::detail::cpu_has_f16c()) return encode_f16c(x, n, out);
     for (std::size_t i = 0; i < n; ++i) out[i] = fp16_bits_from_float(x[i]);
   }
+  template <bool Streaming = false>
   GRADCOMP_TARGET_AVX2 static void decode_avx2(const config&, const meta&, const code_type* codes, std::size_t n,
                                                float* out) {
-    if (cpu::detail::cpu_has_f16c()) return decode_f16c(codes, n, out);
+    if (cpu::detail::cpu_has_f16c()) return decode_f16c<Streaming>(codes, n, out);
     for (std::size_t i = 0; i < n; ++i) out[i] = float_from_fp16_bits(codes[i]);
   }
 
@@ -71,6 +72,7 @@ struct fp16 : ungrouped_quantizer {
                        _mm256_cvtps_ph(_mm256_loadu_ps(x + i), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
     for (std::size_t t = 0; t < n % 8; ++t) out[i + t] = fp16_bits_from_float(x[i + t]);  // (see fp8's encode_avx2)
   }
+  template <bool Streaming>
   __attribute__((target("avx2,f16c"))) static void decode_f16c(const code_type* codes, std::size_t n, float* out) {
     const __m256i exponent = _mm256_set1_epi32(0x7c00);
     std::size_t i = 0;
@@ -82,8 +84,8 @@ struct fp16 : ungrouped_quantizer {
                           _mm256_set1_epi32(0x7f800000)),
           _mm256_slli_epi32(_mm256_and_si256(w, _mm256_set1_epi32(0x3ff)), 13));
       const __m256i is_special = _mm256_cmpeq_epi32(_mm256_and_si256(w, exponent), exponent);
-      _mm256_storeu_ps(out + i, _mm256_blendv_ps(_mm256_cvtph_ps(h), _mm256_castsi256_ps(special),
-                                                 _mm256_castsi256_ps(is_special)));
+      detail::store8_avx2<Streaming>(out + i, _mm256_blendv_ps(_mm256_cvtph_ps(h), _mm256_castsi256_ps(special),
+                                                               _mm256_castsi256_ps(is_special)));
     }
     for (std::size_t t = 0; t < n % 8; ++t) out[i + t] = float_from_fp16_bits(codes[i + t]);
   }

@@ -144,9 +144,10 @@ struct fp8 {
 
   // decode() of codes[0, n) into out[0, n), eight at a time with F16C (which every AVX2 CPU
   // in use has; without it, decode() one by one): the same floats.
+  template <bool Streaming = false>
   GRADCOMP_TARGET_AVX2 static void decode_avx2(const config& c, const meta& m, const code_type* codes, std::size_t n,
                                               float* out) {
-    if (cpu::detail::cpu_has_f16c()) return decode_f16c(c, m, codes, n, out);
+    if (cpu::detail::cpu_has_f16c()) return decode_f16c<Streaming>(c, m, codes, n, out);
     for (std::size_t i = 0; i < n; ++i) out[i] = decode(c, m, codes[i]);
   }
 
@@ -163,6 +164,7 @@ struct fp8 {
   // The products need no canonical_nan: x86 multiplies return a NaN operand as it is, and a
   // checked scale (finite, with max * scale finite) makes no other NaN.
   // About half the instructions of the integer path (the halves are built in 128-bit lanes).
+  template <bool Streaming>
   __attribute__((target("avx2,f16c"))) static void decode_f16c(const config& c, const meta& m, const code_type* codes,
                                                                std::size_t n, float* out) {
     const bool scaled = c.group != 0;
@@ -182,7 +184,7 @@ struct fp8 {
         v = _mm256_blendv_ps(v, nan, _mm256_cmp_ps(v, v, _CMP_UNORD_Q));
         if (scaled) v = _mm256_mul_ps(v, scale);
       }
-      _mm256_storeu_ps(out + i, v);
+      detail::store8_avx2<Streaming>(out + i, v);
     }
     for (std::size_t t = 0; t < n % 8; ++t) out[i + t] = decode(c, m, codes[i + t]);
   }

@@ -199,13 +199,14 @@ struct piecewise {
   // the time). The table is level()'s arithmetic on the codes' constant parts, eight entries
   // per vector (filled by 16 decode() calls instead, decompress took 1.1x the time). Wider
   // codes keep the compressor's decode loop.
+  template <bool Streaming = false>
   GRADCOMP_TARGET_AVX2 static void decode_avx2(const config& c, const meta& m, const code_type* codes, std::size_t n,
                                               float* out)
     requires(Bits <= 4)
   {
     const code_table t = table_avx2(m);
     std::size_t i = 0;
-    for (; i + 8 <= n; i += 8) _mm256_storeu_ps(out + i, look_up8_avx2(t, codes + i));
+    for (; i + 8 <= n; i += 8) detail::store8_avx2<Streaming>(out + i, look_up8_avx2(t, codes + i));
     for (std::size_t r = 0; r < n % 8; ++r) out[i + r] = decode(c, m, codes[i + r]);  // (see fp8's encode_avx2)
   }
 
