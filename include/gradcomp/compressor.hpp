@@ -885,6 +885,27 @@ class compressor {
   }
 
 #if GRADCOMP_CPU_DISPATCH
+  // The dense fp32 decoders below walk frame f a group (or ungrouped_block values) at a time:
+  // body(i0, n, codes, meta) gets codes i0 .. i0 + n - 1, read where they lie (byte codes) or
+  // unpacked into a local buffer, and their group's meta.
+  template <class Body>
+  __attribute__((always_inline, target("avx2"))) void for_each_block(const frame::header& h, const std::byte* f, Body&& body) const {
+    const std::size_t gs = Quantizer::group_size(cfg_.quantize), block = gs ? gs : ungrouped_block;
+    const std::byte* values = f + h.value_offset();
+    constexpr bool in_place = code_bits == 8 && sizeof(code_type) == 1;
+    alignas(64) code_type unpacked[in_place ? 1 : max_group_size + 8];
+    for (std::size_t i0 = 0; i0 < h.kept_count; i0 += block) {
+      const std::size_t n = std::min<std::size_t>(block, h.kept_count - i0);
+      const code_type* codes = unpacked;
+      if constexpr (in_place) {
+        codes = reinterpret_cast<const code_type*>(values) + i0;
+      } else {
+        unpack_codes<code_type, code_bits>(values, i0, n, unpacked);
+      }
+      body(i0, n, codes, gs ? group_meta(h, f, i0 / gs) : meta_type{});
+    }
+  }
+
   // apply_frame's dense accumulate into fp32 for quantizers with an accumulate_avx2 hook: codes
   // decoded and added in one pass, prefetch_piece values at a time (piecewise<4> accumulate:
   // 0.78x the time of decoding into a buffer first). Its own function: as a fourth loop nest
@@ -895,19 +916,9 @@ class compressor {
     requires has_avx2_accumulator<Quantizer>
   {
     const auto qc = cfg_.quantize;
-    const std::size_t gs = Quantizer::group_size(qc), block = gs ? gs : ungrouped_block;
     const std::byte* values = f + h.value_offset();
-    constexpr bool in_place = code_bits == 8 && sizeof(code_type) == 1;
-    alignas(64) code_type unpacked[in_place ? 1 : max_group_size + 8];
-    for (std::size_t i0 = 0; i0 < h.kept_count; i0 += block) {
-      const std::size_t n = std::min<std::size_t>(block, h.kept_count - i0);
-      const code_type* codes = unpacked;
-      if constexpr (in_place) {
-        codes = reinterpret_cast<const code_type*>(values) + i0;
-      } else {
-        unpack_codes<code_type, code_bits>(values, i0, n, unpacked);
-      }
-      const meta_type mt = gs ? group_meta(h, f, i0 / gs) : meta_type{};
+    for_each_block(h, f, [&](std::size_t i0, std::size_t n, const code_type* codes, const meta_type& mt)
+                             __attribute__((always_inline, target("avx2"))) {
       for (std::size_t p0 = 0; p0 < n; p0 += prefetch_piece) {
         const std::size_t p1 = std::min(n, p0 + prefetch_piece);
         if (const std::size_t later = i0 + p0 + cpu::prefetch_values_ahead; later + (p1 - p0) <= h.kept_count) {
@@ -916,7 +927,7 @@ class compressor {
         }
         Quantizer::accumulate_avx2(qc, mt, codes + p0, p1 - p0, region + i0 + p0);
       }
-    }
+    });
   }
 
   // apply_frame's dense decompress into a large fp32 buffer, 16-byte aligned, groups a
@@ -926,21 +937,11 @@ class compressor {
   GRADCOMP_VECTORIZE GRADCOMP_TARGET_AVX2 void decompress_streaming(const frame::header& h, const std::byte* f,
                                                                     float* region) const {
     const auto qc = cfg_.quantize;  // a local: output stores cannot alias it
-    const std::size_t gs = Quantizer::group_size(qc), block = gs ? gs : ungrouped_block;
     const std::byte* values = f + h.value_offset();
-    constexpr bool in_place = code_bits == 8 && sizeof(code_type) == 1;
-    alignas(64) code_type unpacked[in_place ? 1 : max_group_size + 8];
-    for (std::size_t i0 = 0; i0 < h.kept_count; i0 += block) {
-      const std::size_t n = std::min<std::size_t>(block, h.kept_count - i0);
-      const code_type* codes = unpacked;
-      if constexpr (in_place) {
-        codes = reinterpret_cast<const code_type*>(values) + i0;
-      } else {
-        unpack_codes<code_type, code_bits>(values, i0, n, unpacked);
-      }
+    for_each_block(h, f, [&](std::size_t i0, std::size_t n, const code_type* codes, const meta_type& mt)
+                             __attribute__((always_inline, target("avx2"))) {
       if (const std::size_t later = i0 + cpu::prefetch_values_ahead; later + n <= h.kept_count)
         cpu::prefetch(values + later * code_bits / 8, n * code_bits / 8);
-      const meta_type mt = gs ? group_meta(h, f, i0 / gs) : meta_type{};
       float* to = region + i0;
       if constexpr (has_avx2_decoder<Quantizer>) {
         Quantizer::template decode_avx2<true>(qc, mt, codes, n, to);
@@ -958,7 +959,7 @@ class compressor {
         }
         for (; i < n; ++i) to[i] = Quantizer::decode(qc, mt, codes[i]);
       }
-    }
+    });
     _mm_sfence();
   }
 #endif
