@@ -136,4 +136,13 @@ TEST_CASE("a large dense decompress writes the baseline's floats at every output
                              {.quantize = {.group = 4}}),
                          g);
   check_large_decompress(compressor<partition::whole, sparsify::dense, quantize::piecewise<4>, feedback::none>{}, g);
+  // Chunks: each frame below the streaming size, all of them above it. Chunks of 2^18 + 1
+  // floats start at every 4-byte shift, so frames take both the direct and the buffered way.
+  check_large_decompress(compressor<partition::chunks, sparsify::dense, quantize::int_block<8>, feedback::none>(
+                             {.partition = {.chunk_bytes = (std::size_t{1} << 20) + 4}}),
+                         g);
+  check_large_decompress(compressor<partition::chunks, sparsify::dense, quantize::fp8_e4m3, feedback::none>(
+                             {.partition = {.chunk_bytes = (std::size_t{1} << 20) + 4}}),
+                         g);
+  check_large_decompress(compressor<partition::chunks, sparsify::dense, quantize::bf16, feedback::none>{}, g);
 }
