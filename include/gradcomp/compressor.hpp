@@ -768,9 +768,9 @@ class compressor {
   // Decodes frame f into out, a batch of whole groups (or ungrouped_block values) at a time,
   // as encode_values() wrote them: codes read in place (bytes) or unpacked into a local buffer
   // (0.91-0.94x the int8 and fp8 decompress time in place), then decoded; with `streaming`
-  // (a large dense decompress) it goes out with non-temporal stores. Ungrouped codes of up to max_table_bits bits
-  // are looked up in a table that Quantizer::decode fills (the same bits, one load per value
-  // instead of the conversion arithmetic: unscaled fp8).
+  // (a large dense decompress) it goes out with non-temporal stores. Ungrouped codes of up to
+  // max_table_bits bits are looked up in a table that Quantizer::decode fills (the same bits,
+  // one load per value instead of the conversion arithmetic: unscaled fp8).
   template <class T>
   void apply_frame(const frame::header& h, const std::byte* f, T* out, bool add, bool streaming) const {
     if constexpr (Sparsifier::is_dense && std::is_same_v<T, float> && has_avx2_accumulator<Quantizer>)
@@ -779,8 +779,8 @@ class compressor {
 #if GRADCOMP_CPU_DISPATCH
     if constexpr (Sparsifier::is_dense && std::is_same_v<T, float> &&
                   (has_streaming_avx2_decoder<Quantizer> || !has_avx2_decoder<Quantizer>))
-      if (streaming && reinterpret_cast<std::uintptr_t>(region) % 16 == 0 && Quantizer::group_size(cfg_.quantize) % 4 == 0 &&
-          cpu::avx2_active())
+      if (streaming && reinterpret_cast<std::uintptr_t>(region) % 16 == 0 &&
+          Quantizer::group_size(cfg_.quantize) % 4 == 0 && cpu::avx2_active())
         return decompress_streaming(h, f, region);
 #endif
     if (!Sparsifier::is_dense && !add)
@@ -888,7 +888,8 @@ class compressor {
   // body(i0, n, codes, meta) gets codes i0 .. i0 + n - 1, read where they lie (byte codes) or
   // unpacked into a local buffer, and their group's meta.
   template <class Body>
-  __attribute__((always_inline, target("avx2"))) void for_each_block(const frame::header& h, const std::byte* f, Body&& body) const {
+  __attribute__((always_inline, target("avx2"))) void for_each_block(const frame::header& h, const std::byte* f,
+                                                                     Body&& body) const {
     const std::size_t gs = Quantizer::group_size(cfg_.quantize), block = gs ? gs : ungrouped_block;
     const std::byte* values = f + h.value_offset();
     constexpr bool in_place = code_bits == 8 && sizeof(code_type) == 1;

@@ -119,8 +119,8 @@ TEST_CASE("a large dense decompress writes the baseline's floats at every output
   const auto g = test::heavy_tailed(2'100'003, 32);
   using quantize::int_range;
   check_large_decompress(compressor<partition::whole, sparsify::dense, quantize::int_block<8>, feedback::none>{}, g);
-  check_large_decompress(compressor<partition::whole, sparsify::dense, quantize::int_block<4, int_range::asymmetric>, feedback::none>(
-                             {.quantize = {.group = 8}}),
+  using int4_asymmetric = quantize::int_block<4, int_range::asymmetric>;
+  check_large_decompress(compressor<partition::whole, sparsify::dense, int4_asymmetric, feedback::none>({.quantize = {.group = 8}}),
                          g);
   check_large_decompress(compressor<partition::whole, sparsify::dense, quantize::int_block<2>, feedback::none>(
                              {.quantize = {.group = 2}}),  // not a multiple of 4: the batch buffer

@@ -156,7 +156,8 @@ void check_avx2_decoder(const typename Q::config& c, const typename Q::meta& m, 
                         bool flush = false) {
   const std::size_t n = codes.size();
   std::vector<float> slow(n), buffer(n + 16, 5.0f);
-  float* const fast = buffer.data() + (48 - reinterpret_cast<std::uintptr_t>(buffer.data()) % 32) % 32 / 4;  // 16 mod 32
+  // fast: 16 bytes past a 32-byte boundary
+  float* const fast = buffer.data() + (48 - reinterpret_cast<std::uintptr_t>(buffer.data()) % 32) % 32 / 4;
   const unsigned saved = _mm_getcsr();
   if (flush) _mm_setcsr(saved | 0x8040u);  // FTZ | DAZ
   for (std::size_t i = 0; i < n; ++i) slow[i] = Q::decode(c, m, codes[i]);
