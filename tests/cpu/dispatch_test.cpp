@@ -86,8 +86,9 @@ TEST_CASE("AVX2 and baseline loops give identical payloads, residuals and sums")
 namespace {
 // decompress of a dense payload above the streaming-store size, with AVX2 (each eight values
 // stored non-temporally where the output is 16-byte aligned, else through the batch buffer),
-// against the baseline version, into outputs at every alignment from 0 to 28 bytes past a
-// 32-byte boundary; nothing written around the output.
+// against the baseline version, into outputs 0, 4 and 16 bytes past a 32-byte boundary (one
+// for each way: direct stores of both alignments, the batch buffer); nothing written around
+// the output.
 template <class C>
 void check_large_decompress(const C& comp, const std::vector<float>& g) {
   const auto payload = test::compress_at(comp, g);
@@ -96,7 +97,7 @@ void check_large_decompress(const C& comp, const std::vector<float>& g) {
   cpu::avx2_allowed() = true;
   std::vector<float> buffer(g.size() + 32);
   const std::size_t base = (32 - reinterpret_cast<std::uintptr_t>(buffer.data()) % 32) % 32 / 4;
-  for (std::size_t shift = 0; shift < 8; ++shift) {
+  for (const std::size_t shift : {0u, 1u, 4u}) {
     CAPTURE(shift);
     std::fill(buffer.begin(), buffer.end(), 5.0f);
     const std::span<float> out(buffer.data() + base + shift, g.size());
@@ -110,7 +111,7 @@ void check_large_decompress(const C& comp, const std::vector<float>& g) {
 }
 }  // namespace
 
-TEST_CASE("a large dense decompress writes the baseline's floats at every output alignment") {
+TEST_CASE("a large dense decompress writes the baseline's floats at each kind of output alignment") {
   if (!cpu::avx2_active()) {
     MESSAGE("no AVX2 on this CPU: skipped");
     return;
