@@ -767,12 +767,15 @@ class compressor {
 
   // Decodes frame f into out, a batch of whole groups (or ungrouped_block values) at a time,
   // as encode_values() wrote them: codes read in place (bytes) or unpacked into a local buffer
-  // (0.91-0.94x the int8 and fp8 decompress time in place), then decoded; with `streaming`
-  // (a large dense decompress) it goes out with non-temporal stores. Ungrouped codes of up to
+  // (0.91-0.94x the int8 and fp8 decompress time in place), then decoded; a dense decompress
+  // with `large_output` goes out with non-temporal stores. Ungrouped codes of up to
   // max_table_bits bits are looked up in a table that Quantizer::decode fills (the same bits,
   // one load per value instead of the conversion arithmetic: unscaled fp8).
   template <class T>
-  void apply_frame(const frame::header& h, const std::byte* f, T* out, bool add, bool streaming) const {
+  void apply_frame(const frame::header& h, const std::byte* f, T* out, bool add, bool large_output) const {
+    // is_dense again here, as a constant: sparse instantiations then have no streaming copy
+    // (GCC under nvcc warned that its buffer may be uninitialised)
+    const bool streaming = Sparsifier::is_dense && !add && large_output;
     if constexpr (Sparsifier::is_dense && std::is_same_v<T, float> && has_avx2_accumulator<Quantizer>)
       if (add && cpu::avx2_active()) return accumulate_in_one_pass(h, f, out + h.element_offset);
     T* region = out + h.element_offset;
@@ -978,10 +981,10 @@ class compressor {
     }
     // A dense decompress stores non-temporally when all it writes would not stay in cache,
     // even if each frame's part would (4 MiB chunks: int8 decompress 0.69x the time).
-    const bool streaming = Sparsifier::is_dense && !add && dense * sizeof(T) >= cpu::streaming_store_bytes;
+    const bool large_output = dense * sizeof(T) >= cpu::streaming_store_bytes;
     for (std::size_t at = 0; at < payload.size();) {
       const auto h = frame::parse(payload.subspan(at), false);
-      apply_frame(*h, payload.data() + at, out.data(), add, streaming);
+      apply_frame(*h, payload.data() + at, out.data(), add, large_output);
       at += h->frame_bytes();
     }
     return {};
