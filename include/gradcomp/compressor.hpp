@@ -941,6 +941,23 @@ class compressor {
                                                                     float* region) const {
     const auto qc = cfg_.quantize;  // a local: output stores cannot alias it
     const std::byte* values = f + h.value_offset();
+    if constexpr (has_packed_avx2_decoder<Quantizer>) {
+      const std::size_t gs = Quantizer::group_size(qc), block = gs ? gs : ungrouped_block;
+      if (block * code_bits % 8 == 0) {  // every block starts on a byte: decoded from the packed codes
+        const std::size_t available = packed_bytes(h.kept_count, code_bits);
+        for (std::size_t i0 = 0; i0 < h.kept_count; i0 += block) {
+          const std::size_t n = std::min<std::size_t>(block, h.kept_count - i0), at = i0 * code_bits / 8;
+          if (const std::size_t later = i0 + cpu::prefetch_values_ahead; later + n <= h.kept_count)
+            cpu::prefetch(values + later * code_bits / 8, n * code_bits / 8);
+          const meta_type mt = gs ? group_meta(h, f, i0 / gs) : meta_type{};
+          std::size_t i = Quantizer::template decode_packed_avx2<true>(qc, mt, values + at, n, available - at, region + i0);
+          for (; i < n; ++i)  // the frame's last few codes, which a vector read would overrun
+            region[i0 + i] = Quantizer::decode(qc, mt, load_code<code_type, code_bits>(values, i0 + i));
+        }
+        _mm_sfence();
+        return;
+      }
+    }
     for_each_block(h, f, [&](std::size_t i0, std::size_t n, const code_type* codes, const meta_type& mt)
                              __attribute__((always_inline, target("avx2"))) {
       if (const std::size_t later = i0 + cpu::prefetch_values_ahead; later + n <= h.kept_count)

@@ -142,22 +142,25 @@ inline void unpack32_sse2(const std::byte* in, std::uint8_t* out) {
 #endif
 
 #if GRADCOMP_CPU_DISPATCH
-// 9-bit codes (natural compression's) from the bytes at in, 16 at a time with AVX2, while a
-// 25-byte read stays within `available` bytes; returns how many were written (a multiple of
-// 16, at most n). Code k of 8 starts in byte k, at bit k: each 32-bit lane gets bytes k and
-// k + 1 (a byte shuffle of the same 16 bytes in both halves) and is shifted right by k.
-GRADCOMP_TARGET_AVX2 inline std::size_t unpack9_avx2(const std::byte* in, std::size_t n, std::size_t available,
-                                                     std::uint16_t* codes) {
+// The eight 9-bit codes in the 9 bytes at p (reading 16), one per 32-bit lane. Code k starts in
+// byte k, at bit k: each lane gets bytes k and k + 1 (a byte shuffle of the same 16 bytes in
+// both halves) and is shifted right by k.
+__attribute__((target("avx2"), always_inline)) inline __m256i unpack9x8_avx2(const std::byte* p) {
   const __m256i pick = _mm256_setr_epi8(0, 1, -1, -1, 1, 2, -1, -1, 2, 3, -1, -1, 3, 4, -1, -1,  //
                                         4, 5, -1, -1, 5, 6, -1, -1, 6, 7, -1, -1, 7, 8, -1, -1);
-  const __m256i shift = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7), mask = _mm256_set1_epi32(0x1ff);
-  const auto eight = [&](const std::byte* p) __attribute__((always_inline, target("avx2"))) {
-    const __m256i bytes = _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
-    return _mm256_and_si256(_mm256_srlv_epi32(_mm256_shuffle_epi8(bytes, pick), shift), mask);
-  };
+  const __m256i bytes = _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+  return _mm256_and_si256(_mm256_srlv_epi32(_mm256_shuffle_epi8(bytes, pick), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7)),
+                          _mm256_set1_epi32(0x1ff));
+}
+
+// 9-bit codes (natural compression's) from the bytes at in, 16 at a time with AVX2, while a
+// 25-byte read stays within `available` bytes; returns how many were written (a multiple of
+// 16, at most n).
+GRADCOMP_TARGET_AVX2 inline std::size_t unpack9_avx2(const std::byte* in, std::size_t n, std::size_t available,
+                                                     std::uint16_t* codes) {
   std::size_t i = 0;
   for (; i + 16 <= n && i / 8 * 9 + 25 <= available; i += 16) {
-    const __m256i packed = _mm256_packus_epi32(eight(in + i / 8 * 9), eight(in + i / 8 * 9 + 9));
+    const __m256i packed = _mm256_packus_epi32(unpack9x8_avx2(in + i / 8 * 9), unpack9x8_avx2(in + i / 8 * 9 + 9));
     _mm256_storeu_si256(reinterpret_cast<__m256i*>(codes + i), _mm256_permute4x64_epi64(packed, 0xd8));
   }
   return i;

@@ -135,6 +135,17 @@ concept has_streaming_avx2_decoder =
       Q::template decode_avx2<true>(c, m, codes, std::size_t{}, out);
     };
 
+// Optional, likewise: decode_packed_avx2<Streaming>(c, m, in, n, available, out) writes
+// decode(c, m, code i) to out[i] for i < k and returns k <= n, code 0 starting at bit 0 of
+// in[0], reading within in[0, available); stores as decode_avx2<Streaming>'s. A large dense
+// decompress then decodes without unpacking codes into a buffer first.
+template <class Q>
+concept has_packed_avx2_decoder =
+    quantizer_decode<Q> && requires(const typename Q::config& c, const typename Q::meta& m, const std::byte* in,
+                                    float* out) {
+      { Q::template decode_packed_avx2<true>(c, m, in, std::size_t{}, std::size_t{}, out) } -> std::same_as<std::size_t>;
+    };
+
 // Optional, likewise: accumulate_avx2(c, m, codes, n, sum) sets sum[i] to
 // canonical_nan(sum[i] + decode(c, m, codes[i])), decoding and adding in one pass.
 template <class Q>
