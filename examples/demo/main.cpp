@@ -7,7 +7,8 @@
 // feedback, and every quantizer after top-k 1% with residual feedback (plus top-k 10%), and
 // prints, per composition: compression ratio, relative L2 error of one step, for residual
 // feedback the error after 10 steps of the same gradient (sum of the decoded steps against
-// 10 g: error feedback at work), and compress / accumulate throughput against memcpy.
+// 10 g: error feedback at work), and compress / decompress / accumulate throughput against
+// memcpy.
 //
 //   gradcomp_demo            scaled-down model (4 layers, vocab 8192; ~35M parameters)
 //   gradcomp_demo --full     real GPT-2 small (12 layers, vocab 50257; ~124M parameters)
@@ -169,13 +170,14 @@ void fill_gradient(const std::vector<tensor>& layout, std::size_t layers, std::v
 struct buffers {
   std::span<const float> g;
   std::vector<float> sum;           // decoded steps, accumulated
+  std::vector<float> decoded;       // the last step, decompressed
   std::vector<std::byte> payload;  // sized for the largest composition (dense fp32)
   double g_norm = 0;               // ||g||
 };
 
 struct row {
   std::string sparsify, values, feedback;
-  double ratio = 0, err1 = 0, err10 = -1, compress_gbs = 0, accumulate_gbs = 0;
+  double ratio = 0, err1 = 0, err10 = -1, compress_gbs = 0, decompress_gbs = 0, accumulate_gbs = 0;
   double ratio_u32 = 0;   // the same frames with u32 index lists (0: no index list)
   std::string indices;    // index encoding of the first frame
   double memcpy_gbs = 0;  // memcpy of the gradient buffer (read + write), measured before the row
@@ -259,7 +261,7 @@ row run(buffers& b, double density, const std::string& sparsify_name, const char
     out.ratio_u32 = dense_bytes / static_cast<double>(*sent);
   }
   double best_compress = std::numeric_limits<double>::infinity();
-  double best_accumulate = best_compress;
+  double best_decompress = best_compress, best_accumulate = best_compress;
   double payload_bytes = 0;
   const int steps = F::has_state ? feedback_steps : plain_steps;
   for (int step = 0; step < steps; ++step) {
@@ -269,18 +271,33 @@ row run(buffers& b, double density, const std::string& sparsify_name, const char
     if (!sent) fail("compress", sent.error());
     payload_bytes = static_cast<double>(*sent);
     if (step == 0) out.indices = index_name(gc::frame::parse(b.payload, false)->indices);
+    const std::span<const std::byte> sent_bytes(b.payload.data(), *sent);
 
     t0 = clock_type::now();
-    const auto s = comp.template accumulate<float>(std::span<const std::byte>(b.payload.data(), *sent), b.sum);
+    const auto d = comp.template decompress<float>(sent_bytes, b.decoded);
+    best_decompress = std::min(best_decompress, seconds_since(t0));
+    if (!d) fail("decompress", d);
+
+    t0 = clock_type::now();
+    const auto s = comp.template accumulate<float>(sent_bytes, b.sum);
     best_accumulate = std::min(best_accumulate, seconds_since(t0));
     if (!s) fail("accumulate", s);
-    if (step == 0) out.err1 = relative_error(b, 1.0);
+    if (step == 0) {
+      out.err1 = relative_error(b, 1.0);
+      // The first step accumulated into zeros: decompress must have written the same values.
+      for (std::size_t i = 0; i < n; ++i)
+        if (!(b.decoded[i] == b.sum[i]) && !(std::isnan(b.decoded[i]) && std::isnan(b.sum[i]))) {
+          std::fprintf(stderr, "gradcomp_demo: decompress and accumulate disagree at %zu\n", i);
+          std::exit(1);
+        }
+    }
   }
   if (F::has_state) out.err10 = relative_error(b, static_cast<double>(steps));
   out.ratio = dense_bytes / payload_bytes;
   // Effective bandwidth: bytes the operation must read + write (as in benchmarks/cpu_bench.cpp).
   const double residual_bytes = F::has_state ? 2 * dense_bytes : 0.0;  // residual read + written
   out.compress_gbs = (dense_bytes + payload_bytes + residual_bytes) / best_compress / 1e9;
+  out.decompress_gbs = (payload_bytes + dense_bytes) / best_decompress / 1e9;  // every fp32 value written
   // accumulate reads the payload, and reads and writes the fp32 sum where values were sent.
   std::size_t kept = 0;  // (threshold: the capacity, an upper bound)
   for (std::size_t i = 0, c = comp.template chunk_count<float>(n); i < c; ++i)
@@ -318,7 +335,7 @@ void run_quantizers(buffers& b, double density, const std::string& name, std::ve
 void usage() {
   std::puts(
       "usage: gradcomp_demo [--full] [--layout]\n"
-      "  --full    real GPT-2 small sizes (12 layers, vocab 50257, ~124M parameters, ~2.5 GB of memory)\n"
+      "  --full    real GPT-2 small sizes (12 layers, vocab 50257, ~124M parameters, ~3 GB of memory)\n"
       "            instead of the scaled-down default (4 layers, vocab 8192, ~35M parameters)\n"
       "  --layout  list every tensor of the gradient buffer");
 }
@@ -356,6 +373,7 @@ int main(int argc, char** argv) {
   buffers b;
   b.g = g;
   b.sum.assign(n, 0.0f);
+  b.decoded.assign(n, 0.0f);
   {
     using largest = gc::compressor<gc::partition::chunks, gc::sparsify::dense, gc::quantize::none, gc::feedback::none>;
     b.payload.assign(largest({.partition = {.chunk_bytes = chunk_bytes}}).max_payload_bytes<float>(n), std::byte{0});
@@ -418,9 +436,10 @@ int main(int argc, char** argv) {
               "(%.1f..%.1f)\n\n",
               memcpy_gbs, copies.size(), copies.front(), copies.back());
 
-  std::printf("%-12s %-10s %-9s %8s %-7s %8s %12s %12s %10s %9s %10s %9s\n", "sparsify", "values", "feedback", "ratio",
-              "indices", "u32 idx", "error 1 step", "error 10 st.", "comp GB/s", "x memcpy", "accum GB/s", "x memcpy");
-  std::printf("%s\n", std::string(125, '-').c_str());
+  std::printf("%-12s %-10s %-9s %8s %-7s %8s %12s %12s %10s %8s %11s %8s %10s %8s\n", "sparsify", "values", "feedback",
+              "ratio", "indices", "u32 idx", "error 1 step", "error 10 st.", "comp GB/s", "x memcpy", "decomp GB/s", "x memcpy",
+              "accum GB/s", "x memcpy");
+  std::printf("%s\n", std::string(144, '-').c_str());
   std::string previous;
   for (const row& r : rows) {
     if (!previous.empty() && r.sparsify != previous) std::printf("\n");
@@ -429,9 +448,10 @@ int main(int argc, char** argv) {
     if (r.err10 >= 0) std::snprintf(err10, sizeof err10, "%.3e", r.err10);
     char u32[32] = "-";
     if (r.ratio_u32 > 0) std::snprintf(u32, sizeof u32, "%.2f", r.ratio_u32);
-    std::printf("%-12s %-10s %-9s %8.2f %-7s %8s %12.3e %12s %10.2f %9.2f %10.2f %9.2f\n", r.sparsify.c_str(),
-                r.values.c_str(), r.feedback.c_str(), r.ratio, r.indices.c_str(), u32, r.err1, err10, r.compress_gbs,
-                r.compress_gbs / memcpy_gbs, r.accumulate_gbs, r.accumulate_gbs / memcpy_gbs);
+    std::printf("%-12s %-10s %-9s %8.2f %-7s %8s %12.3e %12s %10.2f %8.2f %11.2f %8.2f %10.2f %8.2f\n",
+                r.sparsify.c_str(), r.values.c_str(), r.feedback.c_str(), r.ratio, r.indices.c_str(), u32, r.err1, err10,
+                r.compress_gbs, r.compress_gbs / memcpy_gbs, r.decompress_gbs, r.decompress_gbs / memcpy_gbs,
+                r.accumulate_gbs, r.accumulate_gbs / memcpy_gbs);
   }
   std::printf(
       "\nratio: fp32 bytes / payload bytes (frame headers included); indices: the encoding of the first frame, each\n"
@@ -441,7 +461,8 @@ int main(int argc, char** argv) {
       "  feedback (the residual carries what was not sent to the next step). With DGC momentum the sent sum also\n"
       "  carries the velocity (m = 0.9, amplifying a repeated gradient up to 10x), so its 10-step error stays large.\n"
       "GB/s: bytes read + written by the call per second, best of %d steps (%d with feedback). compress: gradient,\n"
-      "  payload, residual; accumulate: payload, and the fp32 sum where a value was sent (a scatter for top-k).\n"
+      "  payload, residual; decompress: payload, and every fp32 value (zeros where none was sent); accumulate:\n"
+      "  payload, and the fp32 sum where a value was sent (a scatter for top-k).\n"
       "x memcpy: over the memcpy figure above (best of 3 copies before each row; median over the rows).\n"
       "%zu compositions in %.1f s.\n",
       feedback_steps, plain_steps, feedback_steps, rows.size(), run_s);
