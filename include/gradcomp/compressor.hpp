@@ -118,6 +118,9 @@ class compressor {
     // Sparse frames send their indices in the smallest of u32 list, delta-coded gaps and
     // bitmap (docs/wire-format.md); false: always u32 lists (as the CUDA backend writes).
     bool compact_indices = true;
+    // Non-temporal stores for this compressor's outputs on the CPU (cpu/stream.hpp): by the
+    // size of each call's output, or always, or never. Only speed depends on it.
+    cpu::stores stores = cpu::stores::automatic;
   };
 
   compressor() = default;
@@ -200,7 +203,7 @@ class compressor {
     if (auto s = check_finite(grad.data(), grad.size()); !s) return s;
     // Non-temporal stores when the whole payload would not stay in cache, even if each
     // frame would.
-    const bool streaming = max_bytes >= cpu::streaming_store_bytes;
+    const bool streaming = cpu::streaming_stores(cfg_.stores, max_bytes);
     std::size_t written = 0;
     for (std::size_t i = 0; i < chunks; ++i)
       written += write_frame<T>(i, grad, st, payload.subspan(written), streaming);
@@ -220,7 +223,7 @@ class compressor {
     if (frame.size() < max_frame_bytes(r.count))
       return status{errc::buffer_too_small, "frame buffer smaller than max_frame_bytes()"};
     if (auto s = check_finite(grad.data() + r.offset, r.count); !s) return s;
-    return write_frame<T>(i, grad, st, frame, max_frame_bytes(r.count) >= cpu::streaming_store_bytes);
+    return write_frame<T>(i, grad, st, frame, cpu::streaming_stores(cfg_.stores, max_frame_bytes(r.count)));
   }
 
   void finish_step(state& st) const { ++st.step; }
@@ -768,14 +771,14 @@ class compressor {
   // Decodes frame f into out, a batch of whole groups (or ungrouped_block values) at a time,
   // as encode_values() wrote them: codes read in place (bytes) or unpacked into a local buffer
   // (0.91-0.94x the int8 and fp8 decompress time in place), then decoded; a dense decompress
-  // with `large_output` goes out with non-temporal stores. Ungrouped codes of up to
+  // with `streaming_output` goes out with non-temporal stores. Ungrouped codes of up to
   // max_table_bits bits are looked up in a table that Quantizer::decode fills (the same bits,
   // one load per value instead of the conversion arithmetic: unscaled fp8).
   template <class T>
-  void apply_frame(const frame::header& h, const std::byte* f, T* out, bool add, bool large_output) const {
+  void apply_frame(const frame::header& h, const std::byte* f, T* out, bool add, bool streaming_output) const {
     // is_dense again here, as a constant: sparse instantiations then have no streaming copy
     // (GCC under nvcc warned that its buffer may be uninitialised)
-    const bool streaming = Sparsifier::is_dense && !add && large_output;
+    const bool streaming = Sparsifier::is_dense && !add && streaming_output;
     if constexpr (Sparsifier::is_dense && std::is_same_v<T, float> && has_avx2_accumulator<Quantizer>)
       if (add && cpu::avx2_active()) return accumulate_in_one_pass(h, f, out + h.element_offset);
     T* region = out + h.element_offset;
@@ -996,12 +999,12 @@ class compressor {
       dense += h->dense_count;
       at += h->frame_bytes();
     }
-    // A dense decompress stores non-temporally when all it writes would not stay in cache,
-    // even if each frame's part would (4 MiB chunks: int8 decompress 0.69x the time).
-    const bool large_output = dense * sizeof(T) >= cpu::streaming_store_bytes;
+    // By default a dense decompress stores non-temporally when all it writes would not stay
+    // in cache, even if each frame's part would (4 MiB chunks: int8 decompress 0.69x the time).
+    const bool streaming_output = cpu::streaming_stores(cfg_.stores, dense * sizeof(T));
     for (std::size_t at = 0; at < payload.size();) {
       const auto h = frame::parse(payload.subspan(at), false);
-      apply_frame(*h, payload.data() + at, out.data(), add, large_output);
+      apply_frame(*h, payload.data() + at, out.data(), add, streaming_output);
       at += h->frame_bytes();
     }
     return {};

@@ -147,3 +147,67 @@ TEST_CASE("a large dense decompress writes the baseline's floats at each kind of
                          g);
   check_large_decompress(compressor<partition::chunks, sparsify::dense, quantize::bf16, feedback::none>{}, g);
 }
+
+TEST_CASE("config::stores: the output size decides by default; streaming and cached say always and never") {
+  using cpu::stores;
+  CHECK(!cpu::streaming_stores(stores::automatic, cpu::streaming_store_bytes - 1));
+  CHECK(cpu::streaming_stores(stores::automatic, cpu::streaming_store_bytes));
+  CHECK(cpu::streaming_stores(stores::streaming, 0));
+  CHECK(cpu::streaming_stores(stores::streaming, 1));
+  CHECK(!cpu::streaming_stores(stores::cached, std::size_t{1} << 40));
+}
+
+namespace {
+// Payload, per-chunk frames and decompressed floats with `policy` against the default's, bit
+// for bit; the output 16 bytes past a 32-byte boundary, so streaming decompress stores directly.
+template <class C>
+void check_stores(typename C::config cfg, cpu::stores policy, const std::vector<float>& g) {
+  CAPTURE(static_cast<int>(policy));
+  const C automatic(cfg);
+  cfg.stores = policy;
+  const C chosen(cfg);
+  const auto payload = test::compress_at(automatic, g);
+  CHECK(test::compress_at(chosen, g) == payload);
+  state st = chosen.make_state(g.size());
+  std::vector<std::byte> frame(chosen.max_frame_bytes(chosen.template chunk<float>(g.size(), 0).count));
+  for (std::size_t i = 0, at = 0; i < chosen.template chunk_count<float>(g.size()); ++i) {
+    const auto w = chosen.template compress_chunk<float>(i, g, st, frame);
+    REQUIRE(w.ok());
+    CHECK(std::equal(frame.begin(), frame.begin() + static_cast<std::ptrdiff_t>(*w), payload.begin() + static_cast<std::ptrdiff_t>(at)));
+    at += *w;
+  }
+  const auto expected = test::decompressed(automatic, payload, g.size());
+  std::vector<float> buffer(g.size() + 16, 5.0f);
+  const std::span<float> out(buffer.data() + (48 - reinterpret_cast<std::uintptr_t>(buffer.data()) % 32) % 32 / 4, g.size());
+  REQUIRE(chosen.template decompress<float>(payload, out).ok());
+  std::size_t wrong = 0;
+  for (std::size_t i = 0; i < g.size(); ++i) wrong += float_bits(out[i]) != float_bits(expected[i]);
+  CHECK(wrong == 0);
+}
+
+template <class C>
+void check_stores(const typename C::config& cfg, const std::vector<float>& g) {
+  check_stores<C>(cfg, cpu::stores::streaming, g);
+  check_stores<C>(cfg, cpu::stores::cached, g);
+}
+
+template <class S, class Q>
+using chunked = compressor<partition::chunks, S, Q, feedback::none>;
+}  // namespace
+
+TEST_CASE("config::stores: streaming and cached stores write the same bytes as the default, small and large") {
+  using quantize::int_range;
+  for (const std::size_t n : {std::size_t{5'003}, std::size_t{2'100'003}}) {
+    CAPTURE(n);
+    const auto g = test::heavy_tailed(n, 33);
+    const std::size_t chunk_bytes = n < 10'000 ? 4'096 : std::size_t{4} << 20;  // several chunks either way
+    check_stores<chunked<sparsify::dense, quantize::int_block<8>>>({.partition = {.chunk_bytes = chunk_bytes}}, g);
+    check_stores<chunked<sparsify::dense, quantize::natural>>({.partition = {.chunk_bytes = chunk_bytes}}, g);
+    check_stores<chunked<sparsify::dense, quantize::fp8_e4m3>>({.partition = {.chunk_bytes = chunk_bytes}}, g);
+    check_stores<chunked<sparsify::dense, quantize::bf16>>({.partition = {.chunk_bytes = chunk_bytes}}, g);
+    check_stores<chunked<sparsify::dense, quantize::int_block<4, int_range::asymmetric>>>(
+        {.partition = {.chunk_bytes = chunk_bytes}, .quantize = {.group = 8}}, g);
+    check_stores<chunked<sparsify::topk, quantize::int_block<8>>>(
+        {.partition = {.chunk_bytes = chunk_bytes}, .sparsify = {.density = 0.05}}, g);
+  }
+}

@@ -97,6 +97,7 @@ std::unique_ptr<runner> make_case(int id, const float* g, std::size_t n, const c
     case 21: *name = "fp8_e4m3_scaled128"; return make<codec<dense, fp8_e4m3>>({.quantize = {.group = 128}}, g, n);
     case 22: *name = "int8_at8"; return make<codec<dense, int_block<8>>>({}, g, n, 8);  // frames 8 bytes off alignment
     case 23: *name = "fp16"; return make<codec<dense, fp16>>({}, g, n);
+    case 24: *name = "fp32"; return make<codec<dense, none>>({}, g, n);
     default: return nullptr;
   }
 }
