@@ -7,7 +7,6 @@
 
 #include <cmath>
 #include <limits>
-#include <random>
 #include <vector>
 
 #include "support/frames.hpp"
@@ -229,42 +228,6 @@ TEST_CASE("natural: decode_packed_avx2 decodes every code from the packed bytes,
     MESSAGE("no AVX2 on this CPU: skipped");
     return;
   }
-  std::mt19937 gen(29);
-  for (const std::size_t n : {0u, 1u, 8u, 15u, 16u, 17u, 31u, 512u, 1021u, 1024u, 1031u}) {
-    // n codes to decode, alone or followed by 64 more (a block of a longer frame)
-    for (const std::size_t more : {0u, 64u}) {
-      std::vector<std::uint32_t> codes(n + more);
-      for (std::size_t i = 0; i < codes.size(); ++i)
-        codes[i] = i < 512 ? static_cast<std::uint32_t>(i * 167 % 512) : gen() % 512;
-      std::vector<std::byte> packed(packed_bytes(codes.size(), natural::bits));
-      pack_bits(codes, natural::bits, packed.data());
-      for (std::size_t short_by = 0; short_by <= (more ? 0 : std::min<std::size_t>(3, packed.size())); ++short_by) {
-        // exactly the bytes it may read: ASan sees overreads
-        const std::vector<std::byte> in(packed.begin(), packed.end() - static_cast<std::ptrdiff_t>(short_by));
-        for (const bool streaming : {false, true}) {
-          CAPTURE(n);
-          CAPTURE(more);
-          CAPTURE(short_by);
-          CAPTURE(streaming);
-          std::vector<float> buffer(n + 16, 5.0f);
-          // out: 16 bytes past a 32-byte boundary
-          float* const out = buffer.data() + (48 - reinterpret_cast<std::uintptr_t>(buffer.data()) % 32) % 32 / 4;
-          const std::size_t k = streaming ? natural::decode_packed_avx2<true>({}, {}, in.data(), n, in.size(), out)
-                                          : natural::decode_packed_avx2({}, {}, in.data(), n, in.size(), out);
-          _mm_sfence();
-          CHECK(k % 8 == 0);
-          CHECK(k <= n);
-          if (more) CHECK(k == n / 8 * 8);                // room to read: every whole eight
-          CHECK(k + 16 + 8 * short_by > n);               // else the scalar rest stays short
-          for (float* p = buffer.data(); p < buffer.data() + buffer.size(); ++p)  // nothing written around
-            if (p < out || p >= out + k) REQUIRE(float_bits(*p) == float_bits(5.0f));
-          for (std::size_t i = 0; i < k; ++i) {
-            CAPTURE(i);
-            REQUIRE(float_bits(out[i]) == float_bits(natural::decode({}, {}, static_cast<std::uint16_t>(codes[i]))));
-          }
-        }
-      }
-    }
-  }
+  test::check_packed_avx2_decoder<natural>({}, {}, 29);
 }
 #endif

@@ -14,6 +14,7 @@
 #include <cstdint>
 #include <initializer_list>
 #include <limits>
+#include <random>
 #include <vector>
 
 #include "codec.hpp"
@@ -201,6 +202,50 @@ void check_avx2_accumulator(const typename Q::config& c, const typename Q::meta&
   for (std::size_t i = 0; i < codes.size(); ++i) {
     CAPTURE(i);
     REQUIRE(float_bits(fast[i]) == float_bits(slow[i]));
+  }
+}
+// Q::decode_packed_avx2, plain and non-temporal (out 16 bytes past a 32-byte boundary),
+// against Q::decode, float bit for float bit, on n Bits-bit codes packed LSB first: every code
+// value among the first, then random ones. The n codes alone, with exactly their bytes to
+// read (and 1 to 3 fewer: ASan sees overreads), or followed by 64 more, as a block of a longer
+// frame, when every whole eight must be decoded. It returns a multiple of 8, leaves a short
+// scalar rest and writes nothing outside out[0, its return).
+template <class Q>
+void check_packed_avx2_decoder(const typename Q::config& c, const typename Q::meta& m, std::uint32_t seed) {
+  constexpr std::uint32_t values = 1u << Q::bits;
+  std::mt19937 gen(seed);
+  for (const std::size_t n : {0u, 1u, 8u, 15u, 16u, 17u, 31u, 512u, 1021u, 1024u, 1031u}) {
+    for (const std::size_t more : {0u, 64u}) {
+      std::vector<std::uint32_t> codes(n + more);
+      for (std::size_t i = 0; i < codes.size(); ++i)
+        codes[i] = i < values ? static_cast<std::uint32_t>(i * 167 % values) : static_cast<std::uint32_t>(gen() % values);
+      std::vector<std::byte> packed(packed_bytes(codes.size(), Q::bits));
+      pack_bits(codes, Q::bits, packed.data());
+      for (std::size_t short_by = 0; short_by <= (more ? 0 : std::min<std::size_t>(3, packed.size())); ++short_by) {
+        const std::vector<std::byte> in(packed.begin(), packed.end() - static_cast<std::ptrdiff_t>(short_by));
+        for (const bool streaming : {false, true}) {
+          CAPTURE(n);
+          CAPTURE(more);
+          CAPTURE(short_by);
+          CAPTURE(streaming);
+          std::vector<float> buffer(n + 16, 5.0f);
+          float* const out = buffer.data() + (48 - reinterpret_cast<std::uintptr_t>(buffer.data()) % 32) % 32 / 4;
+          const std::size_t k = streaming ? Q::template decode_packed_avx2<true>(c, m, in.data(), n, in.size(), out)
+                                          : Q::decode_packed_avx2(c, m, in.data(), n, in.size(), out);
+          _mm_sfence();
+          CHECK(k % 8 == 0);
+          CHECK(k <= n);
+          if (more) CHECK(k == n / 8 * 8);   // room to read: every whole eight
+          CHECK(k + 16 + 8 * short_by > n);  // else the scalar rest stays short
+          for (float* p = buffer.data(); p < buffer.data() + buffer.size(); ++p)  // nothing written around
+            if (p < out || p >= out + k) REQUIRE(float_bits(*p) == float_bits(5.0f));
+          for (std::size_t i = 0; i < k; ++i) {
+            CAPTURE(i);
+            REQUIRE(float_bits(out[i]) == float_bits(Q::decode(c, m, static_cast<typename Q::code_type>(codes[i]))));
+          }
+        }
+      }
+    }
   }
 }
 #endif
