@@ -388,7 +388,7 @@ TEST_CASE_TEMPLATE("fp8: the AVX2 encoder gives encode()'s codes for every round
     check_avx2_encoder<Q>(scaled, Q::fit(scaled, &amax, 1), x);
   }
 }
-TEST_CASE_TEMPLATE("fp8: the AVX2 decoder gives decode()'s bits for every code, also with FTZ and DAZ set", Q,
+TEST_CASE_TEMPLATE("fp8: the AVX2 decoder and accumulator give decode()'s bits for every code, also with FTZ and DAZ set", Q,
                    fp8_e4m3, fp8_e5m2) {
   if (!cpu::avx2_active()) {
     MESSAGE("no AVX2 on this CPU: skipped");
@@ -402,6 +402,7 @@ TEST_CASE_TEMPLATE("fp8: the AVX2 decoder gives decode()'s bits for every code, 
     for (const bool flush : {false, true}) {
       CAPTURE(flush);
       test::check_avx2_decoder<Q>(c, m, codes, flush);
+      test::check_avx2_accumulator<Q>(c, m, codes, flush);
     }
   };
   check({}, {});

@@ -151,6 +151,13 @@ struct fp8 {
     for (std::size_t i = 0; i < n; ++i) out[i] = decode(c, m, codes[i]);
   }
 
+  // decode_avx2 added to sum[0, n) in the same pass, NaN canonical as canonical_nan makes it.
+  GRADCOMP_TARGET_AVX2 static void accumulate_avx2(const config& c, const meta& m, const code_type* codes, std::size_t n,
+                                                  float* sum) {
+    if (cpu::detail::cpu_has_f16c()) return accumulate_f16c(c, m, codes, n, sum);
+    for (std::size_t i = 0; i < n; ++i) sum[i] = canonical_nan(sum[i] + decode(c, m, codes[i]));
+  }
+
  private:
   // With F16C both formats go through IEEE half floats, which vcvtph2ps converts exactly
   // (subnormal halves become normal floats, whatever DAZ says):
@@ -164,29 +171,45 @@ struct fp8 {
   // The products need no canonical_nan: x86 multiplies return a NaN operand as it is, and a
   // checked scale (finite, with max * scale finite) makes no other NaN.
   // About half the instructions of the integer path (the halves are built in 128-bit lanes).
+  __attribute__((target("avx2,f16c"), always_inline)) static __m256 decode8_f16c(const code_type* codes, __m256 scale,
+                                                                                bool scaled) {
+    const __m128i w = _mm_cvtepu8_epi16(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(codes)));
+    if constexpr (e4m3) {
+      const __m128i magnitude = _mm_slli_epi16(_mm_and_si128(w, _mm_set1_epi16(0x7f)), 7);
+      const __m128i half = _mm_or_si128(_mm_slli_epi16(_mm_and_si128(w, _mm_set1_epi16(0x80)), 8), magnitude);
+      const __m128i is_nan = _mm_cmpeq_epi16(magnitude, _mm_set1_epi16(0x7f << 7));
+      return _mm256_mul_ps(_mm256_cvtph_ps(_mm_blendv_epi8(half, _mm_set1_epi16(0x7e00), is_nan)), scale);
+    } else {
+      __m256 v = _mm256_cvtph_ps(_mm_slli_epi16(w, 8));
+      v = _mm256_blendv_ps(v, _mm256_castsi256_ps(_mm256_set1_epi32(0x7fc00000)), _mm256_cmp_ps(v, v, _CMP_UNORD_Q));
+      return scaled ? _mm256_mul_ps(v, scale) : v;
+    }
+  }
+  // the multiplier of decode8_f16c's halves
+  static float f16c_scale(const config& c, const meta& m) {
+    return e4m3 ? 0x1p8f * (c.group != 0 ? m.scale : 1.0f) : m.scale;
+  }
+
   template <bool Streaming>
   __attribute__((target("avx2,f16c"))) static void decode_f16c(const config& c, const meta& m, const code_type* codes,
                                                                std::size_t n, float* out) {
     const bool scaled = c.group != 0;
-    const __m256 scale = _mm256_set1_ps(e4m3 ? 0x1p8f * (scaled ? m.scale : 1.0f) : m.scale);
-    const __m256 nan = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fc00000));
+    const __m256 scale = _mm256_set1_ps(f16c_scale(c, m));
+    std::size_t i = 0;
+    for (; i + 8 <= n; i += 8) detail::store8_avx2<Streaming>(out + i, decode8_f16c(codes + i, scale, scaled));
+    for (std::size_t t = 0; t < n % 8; ++t) out[i + t] = decode(c, m, codes[i + t]);
+  }
+
+  __attribute__((target("avx2,f16c"))) static void accumulate_f16c(const config& c, const meta& m, const code_type* codes,
+                                                                   std::size_t n, float* sum) {
+    const bool scaled = c.group != 0;
+    const __m256 scale = _mm256_set1_ps(f16c_scale(c, m));
     std::size_t i = 0;
     for (; i + 8 <= n; i += 8) {
-      const __m128i w = _mm_cvtepu8_epi16(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(codes + i)));
-      __m256 v;
-      if constexpr (e4m3) {
-        const __m128i magnitude = _mm_slli_epi16(_mm_and_si128(w, _mm_set1_epi16(0x7f)), 7);
-        const __m128i half = _mm_or_si128(_mm_slli_epi16(_mm_and_si128(w, _mm_set1_epi16(0x80)), 8), magnitude);
-        const __m128i is_nan = _mm_cmpeq_epi16(magnitude, _mm_set1_epi16(0x7f << 7));
-        v = _mm256_mul_ps(_mm256_cvtph_ps(_mm_blendv_epi8(half, _mm_set1_epi16(0x7e00), is_nan)), scale);
-      } else {
-        v = _mm256_cvtph_ps(_mm_slli_epi16(w, 8));
-        v = _mm256_blendv_ps(v, nan, _mm256_cmp_ps(v, v, _CMP_UNORD_Q));
-        if (scaled) v = _mm256_mul_ps(v, scale);
-      }
-      detail::store8_avx2<Streaming>(out + i, v);
+      const __m256 v = _mm256_add_ps(_mm256_loadu_ps(sum + i), decode8_f16c(codes + i, scale, scaled));
+      _mm256_storeu_ps(sum + i, detail::canonical_nan_avx2(v));
     }
-    for (std::size_t t = 0; t < n % 8; ++t) out[i + t] = decode(c, m, codes[i + t]);
+    for (std::size_t t = 0; t < n % 8; ++t) sum[i + t] = canonical_nan(sum[i + t] + decode(c, m, codes[i + t]));
   }
 
  public:
