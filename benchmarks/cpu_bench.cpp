@@ -291,6 +291,39 @@ void bm_accumulate(benchmark::State& st, std::size_t n, const Codec& c = {}, boo
   if (!ok) st.SkipWithError("decoding failed");
 }
 
+// Dense decompress of 4 MiB chunks, one frame per call, as a trainer decodes chunks as they
+// arrive, with config::stores automatic (each call's output alone decides: below 8 MiB, plain
+// stores) or streaming (non-temporal stores, the output read only later). Bytes as decompress.
+template <class Q>
+void bm_decompress_per_chunk(benchmark::State& st, std::size_t n, gc::cpu::stores policy) {
+  using C = gc::compressor<gc::partition::chunks, gc::sparsify::dense, Q, gc::feedback::none>;
+  typename C::config cfg{};
+  cfg.stores = policy;
+  const C c(cfg);
+  const std::vector<float>& g = input(n);
+  auto state = c.make_state(n);
+  std::vector<std::byte> payload(c.template max_payload_bytes<float>(n));
+  const auto r = c.template compress<float>(g, state, payload);
+  if (!r) {
+    st.SkipWithError(r.error().detail());
+    return;
+  }
+  std::vector<std::span<const std::byte>> frames;
+  for (std::size_t at = 0; at < *r;) {
+    const std::size_t bytes = gc::frame::parse(std::span<const std::byte>(payload).subspan(at), false)->frame_bytes();
+    frames.push_back(std::span<const std::byte>(payload).subspan(at, bytes));
+    at += bytes;
+  }
+  std::vector<float> out(n, 0.0f);
+  const double payload_bytes = static_cast<double>(*r), dense = 4.0 * static_cast<double>(n);
+  bool ok = true;
+  measure(st, n, payload_bytes + dense, dense / payload_bytes, [&] {
+    for (const auto& frame : frames) ok &= c.template decompress<float>(frame, std::span<float>(out)).ok();
+    benchmark::DoNotOptimize(out.data());
+  });
+  if (!ok) st.SkipWithError("decoding failed");
+}
+
 // Top-k compress, fp32 input, bf16 values. Bytes: read 4n, write the payload (4k indices + 2k
 // values + header); with residual feedback also read 4n and write 4n (x = g + e is written to
 // the residual, then the k sent entries are updated). The same gradient is compressed at every
@@ -469,6 +502,17 @@ void register_quantizers() {
   add_quantizer<terngrad>("terngrad", {});
   add_quantizer<sign>("sign", {});
   add_quantizer<piecewise<4>>("piecewise4", {});
+  add("decompress/bf16/n:1e7", [](benchmark::State& s) { bm_accumulate<dense_codec<bf16, gc::feedback::none>>(s, 10000000, {}, false); });
+  add("decompress/fp16/n:1e7", [](benchmark::State& s) { bm_accumulate<dense_codec<fp16, gc::feedback::none>>(s, 10000000, {}, false); });
+  for (const auto policy : {gc::cpu::stores::automatic, gc::cpu::stores::streaming}) {
+    const std::string stores = policy == gc::cpu::stores::automatic ? "/stores:automatic" : "/stores:streaming";
+    add("decompress_per_chunk/int8" + stores + "/n:1e7",
+        [policy](benchmark::State& s) { bm_decompress_per_chunk<int_block<8>>(s, 10000000, policy); });
+    add("decompress_per_chunk/bf16" + stores + "/n:1e7",
+        [policy](benchmark::State& s) { bm_decompress_per_chunk<bf16>(s, 10000000, policy); });
+    add("decompress_per_chunk/fp8_e5m2" + stores + "/n:1e7",
+        [policy](benchmark::State& s) { bm_decompress_per_chunk<fp8_e5m2>(s, 10000000, policy); });
+  }
   add_small_chunks<bf16>("bf16");
   add_small_chunks<fp8_e4m3>("fp8_e4m3");
   add_small_chunks<int_block<8>>("int8");
