@@ -264,9 +264,10 @@ void bm_compress(benchmark::State& st, std::size_t n, const Codec& c = {}) {
 
 // Dense accumulate into fp32 (out += decoded). Bytes: read the payload, read 4n and write 4n
 // (the fp32 sum). The validation pass (header, CRC32C, group metadata) re-reads the payload;
-// not counted. Dense decompress (out = decoded): read the payload, write 4n.
+// not counted. Dense decompress (out = decoded): read the payload, write 4n. `per_frame`: one
+// call per frame, as a trainer decodes chunks as they arrive.
 template <class Codec>
-void bm_accumulate(benchmark::State& st, std::size_t n, const Codec& c = {}, bool add = true) {
+void bm_accumulate(benchmark::State& st, std::size_t n, const Codec& c = {}, bool add = true, bool per_frame = false) {
   const std::vector<float>& g = input(n);
   auto state = c.make_state(n);
   std::vector<std::byte> payload(c.template max_payload_bytes<float>(n));
@@ -275,53 +276,38 @@ void bm_accumulate(benchmark::State& st, std::size_t n, const Codec& c = {}, boo
     st.SkipWithError(r.error().detail());
     return;
   }
-  const std::span<const std::byte> frames(payload.data(), *r);
+  std::vector<std::span<const std::byte>> calls;  // what each call decodes
+  for (std::size_t at = 0; at < *r;) {
+    const std::size_t bytes = per_frame ? gc::frame::parse(std::span(payload).subspan(at), false)->frame_bytes() : *r;
+    calls.push_back(std::span<const std::byte>(payload).subspan(at, bytes));
+    at += bytes;
+  }
   std::vector<float> sum(n, 0.0f);
   const double payload_bytes = static_cast<double>(*r);
   const double dense = 4.0 * static_cast<double>(n);
   bool ok = true;
   measure(st, n, payload_bytes + (add ? 2 : 1) * dense, dense / payload_bytes, [&] {
-    if (add) {
-      ok &= c.template accumulate<float>(frames, std::span<float>(sum)).ok();
-    } else {
-      ok &= c.template decompress<float>(frames, std::span<float>(sum)).ok();
+    for (const auto& frames : calls) {
+      if (add) {
+        ok &= c.template accumulate<float>(frames, std::span<float>(sum)).ok();
+      } else {
+        ok &= c.template decompress<float>(frames, std::span<float>(sum)).ok();
+      }
     }
     benchmark::DoNotOptimize(sum.data());
   });
   if (!ok) st.SkipWithError("decoding failed");
 }
 
-// Dense decompress of 4 MiB chunks, one frame per call, as a trainer decodes chunks as they
-// arrive, with config::stores automatic (each call's output alone decides: below 8 MiB, plain
-// stores) or streaming (non-temporal stores, the output read only later). Bytes as decompress.
+// Dense decompress of 4 MiB chunks, one frame per call, with config::stores automatic (each
+// call's output alone decides: below 8 MiB, plain stores) or streaming (non-temporal stores,
+// for an output read only later).
 template <class Q>
 void bm_decompress_per_chunk(benchmark::State& st, std::size_t n, gc::cpu::stores policy) {
   using C = gc::compressor<gc::partition::chunks, gc::sparsify::dense, Q, gc::feedback::none>;
   typename C::config cfg{};
   cfg.stores = policy;
-  const C c(cfg);
-  const std::vector<float>& g = input(n);
-  auto state = c.make_state(n);
-  std::vector<std::byte> payload(c.template max_payload_bytes<float>(n));
-  const auto r = c.template compress<float>(g, state, payload);
-  if (!r) {
-    st.SkipWithError(r.error().detail());
-    return;
-  }
-  std::vector<std::span<const std::byte>> frames;
-  for (std::size_t at = 0; at < *r;) {
-    const std::size_t bytes = gc::frame::parse(std::span<const std::byte>(payload).subspan(at), false)->frame_bytes();
-    frames.push_back(std::span<const std::byte>(payload).subspan(at, bytes));
-    at += bytes;
-  }
-  std::vector<float> out(n, 0.0f);
-  const double payload_bytes = static_cast<double>(*r), dense = 4.0 * static_cast<double>(n);
-  bool ok = true;
-  measure(st, n, payload_bytes + dense, dense / payload_bytes, [&] {
-    for (const auto& frame : frames) ok &= c.template decompress<float>(frame, std::span<float>(out)).ok();
-    benchmark::DoNotOptimize(out.data());
-  });
-  if (!ok) st.SkipWithError("decoding failed");
+  bm_accumulate(st, n, C(cfg), false, true);
 }
 
 // Top-k compress, fp32 input, bf16 values. Bytes: read 4n, write the payload (4k indices + 2k
