@@ -894,8 +894,8 @@ class compressor {
   // body(i0, n, codes, meta) gets codes i0 .. i0 + n - 1, read where they lie (byte codes) or
   // unpacked into a local buffer, and their group's meta.
   template <class Body>
-  __attribute__((always_inline, target("avx2"))) void for_each_block(const frame::header& h, const std::byte* f,
-                                                                     Body&& body) const {
+  __attribute__((always_inline, target(GRADCOMP_AVX2_ISA))) void for_each_block(const frame::header& h,
+                                                                               const std::byte* f, Body&& body) const {
     const std::size_t gs = Quantizer::group_size(cfg_.quantize), block = gs ? gs : ungrouped_block;
     const std::byte* values = f + h.value_offset();
     constexpr bool in_place = code_bits == 8 && sizeof(code_type) == 1;
@@ -924,7 +924,7 @@ class compressor {
     const auto qc = cfg_.quantize;
     const std::byte* values = f + h.value_offset();
     for_each_block(h, f, [&](std::size_t i0, std::size_t n, const code_type* codes, const meta_type& mt)
-                             __attribute__((always_inline, target("avx2"))) {
+                             __attribute__((always_inline, target(GRADCOMP_AVX2_ISA))) {
       for (std::size_t p0 = 0; p0 < n; p0 += prefetch_piece) {
         const std::size_t p1 = std::min(n, p0 + prefetch_piece);
         if (const std::size_t later = i0 + p0 + cpu::prefetch_values_ahead; later + (p1 - p0) <= h.kept_count) {
@@ -962,7 +962,7 @@ class compressor {
       }
     }
     for_each_block(h, f, [&](std::size_t i0, std::size_t n, const code_type* codes, const meta_type& mt)
-                             __attribute__((always_inline, target("avx2"))) {
+                             __attribute__((always_inline, target(GRADCOMP_AVX2_ISA))) {
       if (const std::size_t later = i0 + cpu::prefetch_values_ahead; later + n <= h.kept_count)
         cpu::prefetch(values + later * code_bits / 8, n * code_bits / 8);
       float* to = region + i0;

@@ -11,8 +11,13 @@
 #define GRADCOMP_CPU_DISPATCH 1
 // Marks the lambda handed to run_best(), so its loop is compiled inside each ISA variant.
 #define GRADCOMP_LOOP_BODY __attribute__((always_inline))
-// Compiles a function for AVX2 (its caller must check avx2_active() or be AVX2 code itself).
-#define GRADCOMP_TARGET_AVX2 __attribute__((target("avx2")))
+// The ISA of the AVX2 version: AVX2 and F16C, which every CPU with AVX2 also has. With both
+// in one target, the F16C conversions of fp16 and fp8 inline into the loops that call them
+// (fp8 with a scale per group of 128 made a call per group).
+#define GRADCOMP_AVX2_ISA "avx2,f16c"
+// Compiles a function for the AVX2 version (its caller must check avx2_active() or be such
+// code itself).
+#define GRADCOMP_TARGET_AVX2 __attribute__((target(GRADCOMP_AVX2_ISA)))
 #else
 #define GRADCOMP_CPU_DISPATCH 0
 #define GRADCOMP_LOOP_BODY
@@ -42,23 +47,19 @@ inline std::atomic<bool>& avx2_allowed() {
 #if GRADCOMP_CPU_DISPATCH
 namespace detail {
 template <class F>
-GRADCOMP_VECTORIZE __attribute__((target("avx2"))) void run_avx2(F& f) {
+GRADCOMP_VECTORIZE GRADCOMP_TARGET_AVX2 void run_avx2(F& f) {
   f();
 }
 template <class F>
 GRADCOMP_VECTORIZE void run_baseline(F& f) {
   f();
 }
+// Whether the CPU has the AVX2 version's ISA, GRADCOMP_AVX2_ISA. F16C is CPUID leaf 1, ECX
+// bit 29 (clang 14's __builtin_cpu_supports does not know "f16c").
 inline bool cpu_has_avx2() {
-  static const bool has = __builtin_cpu_supports("avx2");
-  return has;
-}
-// CPUID leaf 1, ECX bit 29 (clang 14's __builtin_cpu_supports does not know "f16c"). Only
-// asked where AVX2 is active, so the OS saves the YMM registers.
-inline bool cpu_has_f16c() {
   static const bool has = [] {
     unsigned a = 0, b = 0, c = 0, d = 0;
-    return __get_cpuid(1, &a, &b, &c, &d) && (c >> 29 & 1u);
+    return __builtin_cpu_supports("avx2") && __get_cpuid(1, &a, &b, &c, &d) && (c >> 29 & 1u);
   }();
   return has;
 }

@@ -28,52 +28,23 @@ struct fp16 : ungrouped_quantizer {
   GRADCOMP_HD static float decode(const config&, const meta&, code_type c) { return float_from_fp16_bits(c); }
 
 #if GRADCOMP_CPU_DISPATCH
-  // encode() and decode() of n values with F16C, on AVX2 CPUs that have it (the others run the
-  // scalar conversions): the same bits. vcvtps2ph rounds to nearest even (the mode in its
-  // immediate, whatever MXCSR says), keeps fp16 subnormals, overflows to infinity and makes a
-  // NaN quiet with its top ten payload bits, as fp16_bits_from_float does; a float below
-  // 2^-126, which DAZ would read as zero, gives a zero code either way. vcvtph2ps is exact but
-  // makes a signalling NaN quiet, so codes with exponent 31 take float_from_fp16_bits' bits.
+  // encode() and decode() of n values with F16C (part of the AVX2 version's ISA): the same
+  // bits. vcvtps2ph rounds to nearest even (the mode in its immediate, whatever MXCSR says),
+  // keeps fp16 subnormals, overflows to infinity and makes a NaN quiet with its top ten
+  // payload bits, as fp16_bits_from_float does; a float below 2^-126, which DAZ would read as
+  // zero, gives a zero code either way. vcvtph2ps is exact but makes a signalling NaN quiet,
+  // so codes with exponent 31 take float_from_fp16_bits' bits.
   GRADCOMP_TARGET_AVX2 static void encode_avx2(const config&, const meta&, const float* x, std::size_t n,
                                                code_type* out) {
-    if (cpu::detail::cpu_has_f16c()) return encode_f16c(x, n, out);
-    for (std::size_t i = 0; i < n; ++i) out[i] = fp16_bits_from_float(x[i]);
-  }
-  template <bool Streaming = false>
-  GRADCOMP_TARGET_AVX2 static void decode_avx2(const config&, const meta&, const code_type* codes, std::size_t n,
-                                               float* out) {
-    if (cpu::detail::cpu_has_f16c()) return decode_f16c<Streaming>(codes, n, out);
-    for (std::size_t i = 0; i < n; ++i) out[i] = float_from_fp16_bits(codes[i]);
-  }
-
-  // decode_avx2 added to sum[0, n) in the same pass, NaN canonical as canonical_nan makes it
-  // (vcvtph2ps's quieted NaN becomes the canonical one all the same): fp16 accumulate measured
-  // 0.69x the time of decoding into a buffer first.
-  GRADCOMP_TARGET_AVX2 static void accumulate_avx2(const config&, const meta&, const code_type* codes, std::size_t n,
-                                                  float* sum) {
-    if (cpu::detail::cpu_has_f16c()) return accumulate_f16c(codes, n, sum);
-    for (std::size_t i = 0; i < n; ++i) sum[i] = canonical_nan(sum[i] + float_from_fp16_bits(codes[i]));
-  }
-
- private:
-  __attribute__((target("avx2,f16c"))) static void accumulate_f16c(const code_type* codes, std::size_t n, float* sum) {
-    std::size_t i = 0;
-    for (; i + 8 <= n; i += 8) {
-      const __m256 v = _mm256_add_ps(_mm256_loadu_ps(sum + i),
-                                     _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(codes + i))));
-      _mm256_storeu_ps(sum + i, detail::canonical_nan_avx2(v));
-    }
-    for (std::size_t t = 0; t < n % 8; ++t) sum[i + t] = canonical_nan(sum[i + t] + float_from_fp16_bits(codes[i + t]));
-  }
-  __attribute__((target("avx2,f16c"))) static void encode_f16c(const float* x, std::size_t n, code_type* out) {
     std::size_t i = 0;
     for (; i + 8 <= n; i += 8)
       _mm_storeu_si128(reinterpret_cast<__m128i*>(out + i),
                        _mm256_cvtps_ph(_mm256_loadu_ps(x + i), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
     for (std::size_t t = 0; t < n % 8; ++t) out[i + t] = fp16_bits_from_float(x[i + t]);  // (see fp8's encode_avx2)
   }
-  template <bool Streaming>
-  __attribute__((target("avx2,f16c"))) static void decode_f16c(const code_type* codes, std::size_t n, float* out) {
+  template <bool Streaming = false>
+  GRADCOMP_TARGET_AVX2 static void decode_avx2(const config&, const meta&, const code_type* codes, std::size_t n,
+                                               float* out) {
     const __m256i exponent = _mm256_set1_epi32(0x7c00);
     const __m128i exponent16 = _mm_set1_epi16(0x7c00);
     std::size_t i = 0;
@@ -94,6 +65,20 @@ struct fp16 : ungrouped_quantizer {
                                                                _mm256_castsi256_ps(is_special)));
     }
     for (std::size_t t = 0; t < n % 8; ++t) out[i + t] = float_from_fp16_bits(codes[i + t]);
+  }
+
+  // decode_avx2 added to sum[0, n) in the same pass, NaN canonical as canonical_nan makes it
+  // (vcvtph2ps's quieted NaN becomes the canonical one all the same): fp16 accumulate measured
+  // 0.69x the time of decoding into a buffer first.
+  GRADCOMP_TARGET_AVX2 static void accumulate_avx2(const config&, const meta&, const code_type* codes, std::size_t n,
+                                                  float* sum) {
+    std::size_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+      const __m256 v = _mm256_add_ps(_mm256_loadu_ps(sum + i),
+                                     _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(codes + i))));
+      _mm256_storeu_ps(sum + i, detail::canonical_nan_avx2(v));
+    }
+    for (std::size_t t = 0; t < n % 8; ++t) sum[i + t] = canonical_nan(sum[i + t] + float_from_fp16_bits(codes[i + t]));
   }
 #endif
 };

@@ -142,20 +142,29 @@ struct fp8 {
     for (std::size_t t = 0; t < n % 32; ++t) out[i + t] = encode(c, m, x[i + t], 0);
   }
 
-  // decode() of codes[0, n) into out[0, n), eight at a time with F16C (which every AVX2 CPU
-  // in use has; without it, decode() one by one): the same floats.
+  // decode() of codes[0, n) into out[0, n), eight at a time with F16C (part of the AVX2
+  // version's ISA): the same floats.
   template <bool Streaming = false>
   GRADCOMP_TARGET_AVX2 static void decode_avx2(const config& c, const meta& m, const code_type* codes, std::size_t n,
                                               float* out) {
-    if (cpu::detail::cpu_has_f16c()) return decode_f16c<Streaming>(c, m, codes, n, out);
-    for (std::size_t i = 0; i < n; ++i) out[i] = decode(c, m, codes[i]);
+    const bool scaled = c.group != 0;
+    const __m256 scale = _mm256_set1_ps(f16c_scale(c, m));
+    std::size_t i = 0;
+    for (; i + 8 <= n; i += 8) detail::store8_avx2<Streaming>(out + i, decode8_f16c(codes + i, scale, scaled));
+    for (std::size_t t = 0; t < n % 8; ++t) out[i + t] = decode(c, m, codes[i + t]);
   }
 
   // decode_avx2 added to sum[0, n) in the same pass, NaN canonical as canonical_nan makes it.
   GRADCOMP_TARGET_AVX2 static void accumulate_avx2(const config& c, const meta& m, const code_type* codes, std::size_t n,
                                                   float* sum) {
-    if (cpu::detail::cpu_has_f16c()) return accumulate_f16c(c, m, codes, n, sum);
-    for (std::size_t i = 0; i < n; ++i) sum[i] = canonical_nan(sum[i] + decode(c, m, codes[i]));
+    const bool scaled = c.group != 0;
+    const __m256 scale = _mm256_set1_ps(f16c_scale(c, m));
+    std::size_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+      const __m256 v = _mm256_add_ps(_mm256_loadu_ps(sum + i), decode8_f16c(codes + i, scale, scaled));
+      _mm256_storeu_ps(sum + i, detail::canonical_nan_avx2(v));
+    }
+    for (std::size_t t = 0; t < n % 8; ++t) sum[i + t] = canonical_nan(sum[i + t] + decode(c, m, codes[i + t]));
   }
 
  private:
@@ -171,13 +180,13 @@ struct fp8 {
   // The products need no canonical_nan: x86 multiplies return a NaN operand as it is, and a
   // checked scale (finite, with max * scale finite) makes no other NaN.
   // About half the instructions of the integer path (the halves are built in 128-bit lanes).
-  __attribute__((target("avx2,f16c"), always_inline)) static __m256 decode8_f16c(const code_type* codes, __m256 scale,
-                                                                                bool scaled) {
+  __attribute__((target(GRADCOMP_AVX2_ISA), always_inline)) static __m256 decode8_f16c(const code_type* codes,
+                                                                                       __m256 scale, bool scaled) {
     const __m128i w = _mm_cvtepu8_epi16(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(codes)));
     if constexpr (e4m3) {
-      const __m128i magnitude = _mm_slli_epi16(_mm_and_si128(w, _mm_set1_epi16(0x7f)), 7);
-      const __m128i half = _mm_or_si128(_mm_slli_epi16(_mm_and_si128(w, _mm_set1_epi16(0x80)), 8), magnitude);
-      const __m128i is_nan = _mm_cmpeq_epi16(magnitude, _mm_set1_epi16(0x7f << 7));
+      const __m128i t = _mm_slli_epi16(w, 7);  // sign in bit 14, magnitude in bits 13..7
+      const __m128i half = _mm_add_epi16(t, _mm_and_si128(t, _mm_set1_epi16(0x4000)));  // sign carried to bit 15
+      const __m128i is_nan = _mm_cmpeq_epi16(_mm_and_si128(t, _mm_set1_epi16(0x7f << 7)), _mm_set1_epi16(0x7f << 7));
       return _mm256_mul_ps(_mm256_cvtph_ps(_mm_blendv_epi8(half, _mm_set1_epi16(0x7e00), is_nan)), scale);
     } else {
       __m256 v = _mm256_cvtph_ps(_mm_slli_epi16(w, 8));
@@ -188,28 +197,6 @@ struct fp8 {
   // the multiplier of decode8_f16c's halves
   static float f16c_scale(const config& c, const meta& m) {
     return e4m3 ? 0x1p8f * (c.group != 0 ? m.scale : 1.0f) : m.scale;
-  }
-
-  template <bool Streaming>
-  __attribute__((target("avx2,f16c"))) static void decode_f16c(const config& c, const meta& m, const code_type* codes,
-                                                               std::size_t n, float* out) {
-    const bool scaled = c.group != 0;
-    const __m256 scale = _mm256_set1_ps(f16c_scale(c, m));
-    std::size_t i = 0;
-    for (; i + 8 <= n; i += 8) detail::store8_avx2<Streaming>(out + i, decode8_f16c(codes + i, scale, scaled));
-    for (std::size_t t = 0; t < n % 8; ++t) out[i + t] = decode(c, m, codes[i + t]);
-  }
-
-  __attribute__((target("avx2,f16c"))) static void accumulate_f16c(const config& c, const meta& m, const code_type* codes,
-                                                                   std::size_t n, float* sum) {
-    const bool scaled = c.group != 0;
-    const __m256 scale = _mm256_set1_ps(f16c_scale(c, m));
-    std::size_t i = 0;
-    for (; i + 8 <= n; i += 8) {
-      const __m256 v = _mm256_add_ps(_mm256_loadu_ps(sum + i), decode8_f16c(codes + i, scale, scaled));
-      _mm256_storeu_ps(sum + i, detail::canonical_nan_avx2(v));
-    }
-    for (std::size_t t = 0; t < n % 8; ++t) sum[i + t] = canonical_nan(sum[i + t] + decode(c, m, codes[i + t]));
   }
 
  public:
