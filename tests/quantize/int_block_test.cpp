@@ -282,6 +282,30 @@ TEST_CASE_TEMPLATE("int_block: the AVX2 encoder gives encode()'s codes", Q, quan
   }
   check_avx2_encoder<Q>();
 }
+
+TEST_CASE_TEMPLATE("int_block: the AVX2 decoder and accumulator give decode()'s bits for every code, also with FTZ and DAZ set",
+                   Q, quantize::int_block<8>, quantize::int_block<4>, quantize::int_block<2>,
+                   quantize::int_block<8, int_range::asymmetric>, quantize::int_block<4, int_range::asymmetric>,
+                   quantize::int_block<2, int_range::asymmetric>) {
+  if (!cpu::avx2_active()) {
+    MESSAGE("no AVX2 on this CPU: skipped");
+    return;
+  }
+  const typename Q::config c{};
+  const float max = std::numeric_limits<float>::max();
+  for (const float scale : {0.0f, 1e-45f, 1e-40f, 1e-3f, 1.0f, 3e30f, max / 16})
+    for (const float lo : {0.0f, -0.0f, -1.5f, 1e-41f, -max / 2}) {
+      if (!Q::asymmetric && lo != 0.0f) continue;
+      CAPTURE(scale);
+      CAPTURE(lo);
+      std::byte stored[Q::meta_bytes];
+      store_le<std::uint32_t>(stored, float_bits(scale));
+      if constexpr (Q::asymmetric) store_le<std::uint32_t>(stored + 4, float_bits(lo));
+      const auto m = Q::load_meta(stored);
+      if (!Q::check_meta(c, m).ok()) continue;  // (a range past the float range)
+      test::check_avx2_decoder_lengths<Q>(c, m);
+    }
+}
 #endif
 
 #if GRADCOMP_CPU_DISPATCH

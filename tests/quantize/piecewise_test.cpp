@@ -468,10 +468,6 @@ TEST_CASE_TEMPLATE("piecewise: the AVX2 decoder and accumulator give decode()'s 
     MESSAGE("no AVX2 on this CPU: skipped");
     return;
   }
-  constexpr std::size_t codes_per_group = std::size_t{1} << Q::bits;
-  std::vector<std::uint8_t> codes(2 * codes_per_group + 5);  // every code in order, then mixed, then a tail
-  for (std::size_t i = 0; i < codes.size(); ++i)
-    codes[i] = static_cast<std::uint8_t>((i < codes_per_group ? i : i * 37 + 11) % codes_per_group);
   const typename Q::config c{};
   for (const float max : {0.0f, 1e-40f, 1e-30f, 1.0f, 3e38f, std::numeric_limits<float>::max()})
     for (const std::uint8_t k : {std::uint8_t{1}, std::uint8_t{7}, std::uint8_t{16}}) {
@@ -482,10 +478,7 @@ TEST_CASE_TEMPLATE("piecewise: the AVX2 decoder and accumulator give decode()'s 
       stored[4] = std::byte{k};
       const auto m = Q::load_meta(stored);
       REQUIRE(Q::check_meta(c, m).ok());
-      for (const bool flush : {false, true}) {
-        test::check_avx2_decoder<Q>(c, m, codes, flush);
-        test::check_avx2_accumulator<Q>(c, m, codes, flush);
-      }
+      test::check_avx2_decoder_lengths<Q>(c, m);
     }
 }
 #endif

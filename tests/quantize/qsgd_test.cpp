@@ -293,3 +293,26 @@ TEST_CASE("qsgd: after top-k, buckets run over the kept values") {
   for (std::size_t i = 0; i < x.size(); ++i)
     if (!is_kept[i]) CHECK(d[i] == 0.0f);
 }
+
+#if GRADCOMP_CPU_DISPATCH
+TEST_CASE_TEMPLATE("qsgd: the AVX2 decoder and accumulator give decode()'s bits for every code, also with FTZ and DAZ set", Q,
+                   quantize::qsgd<2>, quantize::qsgd<3>, quantize::qsgd<4>) {
+  static_assert(!has_avx2_decoder<quantize::qsgd<5>> && !has_avx2_accumulator<quantize::qsgd<5>>,
+                "wider codes keep the compressor's loop");
+  if (!cpu::avx2_active()) {
+    MESSAGE("no AVX2 on this CPU: skipped");
+    return;
+  }
+  for (unsigned levels = 1; levels <= Q::max_levels; ++levels)
+    for (const float norm : {0.0f, 1e-45f, 1e-40f, 1e-3f, 1.0f, 3e38f, std::numeric_limits<float>::max()}) {
+      CAPTURE(levels);
+      CAPTURE(norm);
+      const typename Q::config c{.levels = levels};
+      std::byte stored[Q::meta_bytes];
+      store_le<std::uint32_t>(stored, float_bits(norm));
+      const auto m = Q::load_meta(stored);
+      if (!Q::check_meta(c, m).ok()) continue;  // (level s decodes past the float range)
+      test::check_avx2_decoder_lengths<Q>(c, m);
+    }
+}
+#endif

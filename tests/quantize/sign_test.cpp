@@ -205,4 +205,20 @@ TEST_CASE("sign: the AVX2 fit of eight groups gives fit()'s scales") {
   }
   test::check_fit8<quantize::sign>();
 }
+
+TEST_CASE("sign: the AVX2 decoder gives decode()'s bits for every code, also with FTZ and DAZ set") {
+  static_assert(!has_avx2_accumulator<quantize::sign>, "accumulate keeps the compressor's loop");
+  if (!cpu::avx2_active()) {
+    MESSAGE("no AVX2 on this CPU: skipped");
+    return;
+  }
+  for (const float scale : {0.0f, 1e-45f, 1e-40f, 1e-3f, 1.0f, 3e38f, std::numeric_limits<float>::max()}) {
+    CAPTURE(scale);
+    std::byte stored[quantize::sign::meta_bytes];
+    store_le<std::uint32_t>(stored, float_bits(scale));
+    const auto m = quantize::sign::load_meta(stored);
+    REQUIRE(quantize::sign::check_meta({}, m).ok());
+    test::check_avx2_decoder_lengths<quantize::sign>({}, m);
+  }
+}
 #endif

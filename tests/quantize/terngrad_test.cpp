@@ -202,3 +202,20 @@ TEST_CASE("terngrad: after top-k, groups run over the kept values") {
       CHECK(std::signbit(d[i]) == std::signbit(x[i]));
     }
 }
+
+#if GRADCOMP_CPU_DISPATCH
+TEST_CASE("terngrad: the AVX2 decoder and accumulator give decode()'s bits for every code, also with FTZ and DAZ set") {
+  if (!cpu::avx2_active()) {
+    MESSAGE("no AVX2 on this CPU: skipped");
+    return;
+  }
+  for (const float scale : {0.0f, 1e-45f, 1e-40f, 1e-3f, 1.0f, 3e38f, std::numeric_limits<float>::max()}) {
+    CAPTURE(scale);
+    std::byte stored[quantize::terngrad::meta_bytes];
+    store_le<std::uint32_t>(stored, float_bits(scale));
+    const auto m = quantize::terngrad::load_meta(stored);
+    REQUIRE(quantize::terngrad::check_meta({}, m).ok());
+    test::check_avx2_decoder_lengths<quantize::terngrad>({}, m);
+  }
+}
+#endif

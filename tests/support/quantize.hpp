@@ -204,6 +204,27 @@ void check_avx2_accumulator(const typename Q::config& c, const typename Q::meta&
     REQUIRE(float_bits(fast[i]) == float_bits(slow[i]));
   }
 }
+// Q's decode_avx2 and accumulate_avx2, if any (check_avx2_decoder, check_avx2_accumulator), on every
+// code in order, then mixed ones, in lengths that end in each part of a loop that takes
+// sixteen codes at a time, then eight, then one by one; FTZ and DAZ off and on.
+template <class Q>
+void check_avx2_decoder_lengths(const typename Q::config& c, const typename Q::meta& m) {
+  constexpr std::size_t code_values = std::size_t{1} << Q::bits;
+  std::vector<typename Q::code_type> all(std::max<std::size_t>(3 * code_values, 48) + 13);
+  for (std::size_t i = 0; i < all.size(); ++i)
+    all[i] = static_cast<typename Q::code_type>((i < code_values ? i : i * 37 + 11) % code_values);
+  for (const std::size_t n : {std::size_t{5}, std::size_t{8}, std::size_t{13}, std::size_t{16}, std::size_t{29},
+                              all.size()}) {
+    CAPTURE(n);
+    const std::vector<typename Q::code_type> codes(all.begin(), all.begin() + static_cast<std::ptrdiff_t>(n));
+    for (const bool flush : {false, true}) {
+      CAPTURE(flush);
+      check_avx2_decoder<Q>(c, m, codes, flush);
+      if constexpr (has_avx2_accumulator<Q>) check_avx2_accumulator<Q>(c, m, codes, flush);
+    }
+  }
+}
+
 // Q::decode_packed_avx2, plain and non-temporal (out 16 bytes past a 32-byte boundary),
 // against Q::decode, float bit for float bit, on n Bits-bit codes packed LSB first: every code
 // value among the first, then random ones. The n codes alone, with exactly their bytes to

@@ -76,13 +76,23 @@ __attribute__((target("avx2"), always_inline)) inline __m256 canonical_nan_avx2(
   return _mm256_blendv_ps(v, _mm256_castsi256_ps(_mm256_set1_epi32(0x7fc00000)), _mm256_castsi256_ps(nan));
 }
 
-// Stores eight floats at p: plainly, or (Streaming) with two 16-byte non-temporal stores, p
-// 16-byte aligned, for the decode hooks' output to a buffer larger than the cache.
+// Stores four floats at p: plainly, or (Streaming) with a non-temporal store, p 16-byte
+// aligned, for the decode hooks' output to a buffer larger than the cache.
+template <bool Streaming>
+__attribute__((target("avx2"), always_inline)) inline void store4_avx2(float* p, __m128 v) {
+  if constexpr (Streaming) {
+    _mm_stream_ps(p, v);
+  } else {
+    _mm_storeu_ps(p, v);
+  }
+}
+
+// Eight floats, likewise (two 16-byte non-temporal stores when Streaming).
 template <bool Streaming>
 __attribute__((target("avx2"), always_inline)) inline void store8_avx2(float* p, __m256 v) {
   if constexpr (Streaming) {
-    _mm_stream_ps(p, _mm256_castps256_ps128(v));
-    _mm_stream_ps(p + 4, _mm256_extractf128_ps(v, 1));
+    store4_avx2<true>(p, _mm256_castps256_ps128(v));
+    store4_avx2<true>(p + 4, _mm256_extractf128_ps(v, 1));
   } else {
     _mm256_storeu_ps(p, v);
   }

@@ -60,6 +60,7 @@
 #include "../core/concepts.hpp"
 #include "../core/reduce.hpp"
 #include "../core/rounding.hpp"
+#include "../core/table16.hpp"
 #include "../cpu/dispatch.hpp"
 #include "group.hpp"
 
@@ -193,20 +194,18 @@ struct piecewise {
 
 #if GRADCOMP_CPU_DISPATCH
   // decode() of codes[0, n) into out[0, n) with AVX2, for up to 4 bits: the same floats. A code
-  // indexes a table of its group's 2^Bits decoded values, held in two vectors and read with
-  // lane permutes: about 6 instructions per 8 values against some 30 for the arithmetic (with
-  // load_meta() building only what decode reads, piecewise<4> decompress measured 0.73-0.75x
-  // the time). The table is level()'s arithmetic on the codes' constant parts, eight entries
-  // per vector (filled by 16 decode() calls instead, decompress took 1.1x the time). Wider
-  // codes keep the compressor's decode loop.
+  // indexes a table of its group's 2^Bits decoded values (core/table16.hpp), a few
+  // instructions per value against some 30 for the arithmetic
+  // (a table read with lane permutes, with load_meta() building only what decode reads,
+  // measured 0.73-0.75x the time of the arithmetic). The table is level()'s arithmetic on the
+  // codes' constant parts, eight entries per vector (filled by 16 decode() calls instead,
+  // decompress took 1.1x the time). Wider codes keep the compressor's decode loop.
   template <bool Streaming = false>
   GRADCOMP_TARGET_AVX2 static void decode_avx2(const config& c, const meta& m, const code_type* codes, std::size_t n,
                                               float* out)
     requires(Bits <= 4)
   {
-    const code_table t = table_avx2(m);
-    std::size_t i = 0;
-    for (; i + 8 <= n; i += 8) detail::store8_avx2<Streaming>(out + i, look_up8_avx2(t, codes + i));
+    const std::size_t i = detail::decode_table16_avx2<Streaming>(table_avx2(m), codes, n, out);
     for (std::size_t r = 0; r < n % 8; ++r) out[i + r] = decode(c, m, codes[i + r]);  // (see fp8's encode_avx2)
   }
 
@@ -216,11 +215,7 @@ struct piecewise {
                                                   float* sum)
     requires(Bits <= 4)
   {
-    const code_table t = table_avx2(m);
-    std::size_t i = 0;
-    for (; i + 8 <= n; i += 8)
-      _mm256_storeu_ps(sum + i,
-                       detail::canonical_nan_avx2(_mm256_add_ps(_mm256_loadu_ps(sum + i), look_up8_avx2(t, codes + i))));
+    const std::size_t i = detail::accumulate_table16_avx2(table_avx2(m), codes, n, sum);
     for (std::size_t r = 0; r < n % 8; ++r) sum[i + r] = canonical_nan(sum[i + r] + decode(c, m, codes[i + r]));
   }
 #endif
@@ -276,48 +271,39 @@ struct piecewise {
   }
 
 #if GRADCOMP_CPU_DISPATCH
-  // level() of codes 0 .. 7 and 8 .. 15 of a group (codes taken modulo 2^Bits), for lookups.
-  struct code_table {
-    __m256 rows[2];
-  };
-
-  __attribute__((target("avx2"), always_inline)) static code_table table_avx2(const meta& m)
+  // level() of the codes of a group (taken modulo 2^Bits), as a detail::table16. Through two
+  // vpermps and a blend per eight codes (vpermps issues once per 4 cycles on Zen 1), piecewise<4>
+  // decompress took 1.43x the time and accumulate 1.22x (A/B on a Zen 1 VM).
+  __attribute__((target("avx2"), always_inline)) static detail::table16 table_avx2(const meta& m)
     requires(Bits <= 4)
   {
-    struct parts_columns {  // code_parts() of codes 0 .. 15, column by column
+    struct parts_columns {  // code_parts() of the table's codes, in make_table16_avx2's order
       alignas(32) float q[16], j[16];
       alignas(32) std::uint32_t tail[16], sign[16];  // tail: an all-ones mask
     };
     static constexpr parts_columns columns = [] {
       parts_columns t{};
-      for (std::uint32_t code = 0; code < 16; ++code) {
-        const parts s = code_parts(code & ((1u << Bits) - 1u));
-        t.q[code] = s.q;
-        t.j[code] = s.j;
-        t.tail[code] = s.tail ? 0xffffffffu : 0u;
-        t.sign[code] = s.sign;
+      for (std::uint32_t at = 0; at < 16; ++at) {
+        const parts s = code_parts(detail::table16_code(at) & ((1u << Bits) - 1u));
+        t.q[at] = s.q;
+        t.j[at] = s.j;
+        t.tail[at] = s.tail ? 0xffffffffu : 0u;
+        t.sign[at] = s.sign;
       }
       return t;
     }();
     const auto column = [](const auto* at) __attribute__((always_inline, target("avx2"))) {
       return _mm256_load_ps(reinterpret_cast<const float*>(at));
     };
-    code_table t;
+    __m256 entries[2];
     for (std::size_t r = 0; r < 2; ++r) {
       const __m256 centre = _mm256_mul_ps(column(columns.q + 8 * r), _mm256_set1_ps(m.sc));
       const __m256 magnitude =
           _mm256_sub_ps(_mm256_set1_ps(m.max), _mm256_mul_ps(column(columns.j + 8 * r), _mm256_set1_ps(m.st)));
-      t.rows[r] = _mm256_blendv_ps(centre, _mm256_xor_ps(magnitude, column(columns.sign + 8 * r)),
-                                   column(columns.tail + 8 * r));
+      entries[r] = _mm256_blendv_ps(centre, _mm256_xor_ps(magnitude, column(columns.sign + 8 * r)),
+                                    column(columns.tail + 8 * r));
     }
-    return t;
-  }
-
-  // The decoded values of codes[0, 8).
-  __attribute__((target("avx2"), always_inline)) static __m256 look_up8_avx2(const code_table& t, const code_type* codes) {
-    const __m256i code = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(codes)));
-    const __m256 upper = _mm256_castsi256_ps(_mm256_slli_epi32(code, 28));  // code bit 3 as the sign bit
-    return _mm256_blendv_ps(_mm256_permutevar8x32_ps(t.rows[0], code), _mm256_permutevar8x32_ps(t.rows[1], code), upper);
+    return detail::make_table16_avx2(entries[0], entries[1]);
   }
 
   // fit()'s search over a group of n values (a power of two >= 16) whose maximum |x| is finite

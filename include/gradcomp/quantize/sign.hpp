@@ -25,6 +25,7 @@
 #include "../core/byteio.hpp"
 #include "../core/concepts.hpp"
 #include "../core/reduce.hpp"
+#include "../core/table16.hpp"
 #include "../cpu/dispatch.hpp"
 #include "group.hpp"
 
@@ -109,6 +110,20 @@ struct sign {
   GRADCOMP_HD static float decode(const config&, const meta& m, code_type code) {
     return bits_float(float_bits(m.scale) | (static_cast<std::uint32_t>(code & 1u) << 31));
   }
+
+#if GRADCOMP_CPU_DISPATCH
+  // decode() of codes[0, n) into out[0, n) through a table of the group's decoded values
+  // (core/table16.hpp) filled by decode() itself: the same floats. Against the compressor's
+  // loop, sign decompress took 0.90x the time. (Accumulate through the table took 1.31x the
+  // time of the compressor's loop, which sign's one-bit codes suit, so sign has no
+  // accumulate_avx2.)
+  template <bool Streaming = false>
+  GRADCOMP_TARGET_AVX2 static void decode_avx2(const config& c, const meta& m, const code_type* codes, std::size_t n,
+                                              float* out) {
+    const std::size_t i = detail::decode_table16_avx2<Streaming>(detail::table16_of_decode<sign>(c, m), codes, n, out);
+    for (std::size_t r = 0; r < n % 8; ++r) out[i + r] = decode(c, m, codes[i + r]);  // (see fp8's encode_avx2)
+  }
+#endif
 
   // NaN canonical: a poisoned group's mean is NaN arithmetic, whose bits differ by backend.
   GRADCOMP_HD static void store_meta(const meta& m, std::byte* out) {

@@ -27,6 +27,8 @@
 #include "../core/concepts.hpp"
 #include "../core/reduce.hpp"
 #include "../core/rounding.hpp"
+#include "../core/table16.hpp"
+#include "../cpu/dispatch.hpp"
 #include "group.hpp"
 
 namespace gradcomp::quantize {
@@ -79,6 +81,25 @@ struct terngrad {
     const float magnitude = static_cast<float>(code & 1u) * m.scale;
     return bits_float(float_bits(magnitude) | (static_cast<std::uint32_t>((code >> 1) & 1u) << 31));
   }
+
+#if GRADCOMP_CPU_DISPATCH
+  // decode() of codes[0, n) into out[0, n) through a table of the group's 16 decoded values
+  // (core/table16.hpp) filled by decode() itself: the same floats. Against the compressor's
+  // loop, terngrad decompress took 0.66x the time, accumulate 0.80x.
+  template <bool Streaming = false>
+  GRADCOMP_TARGET_AVX2 static void decode_avx2(const config& c, const meta& m, const code_type* codes, std::size_t n,
+                                              float* out) {
+    const std::size_t i = detail::decode_table16_avx2<Streaming>(detail::table16_of_decode<terngrad>(c, m), codes, n, out);
+    for (std::size_t r = 0; r < n % 8; ++r) out[i + r] = decode(c, m, codes[i + r]);  // (see fp8's encode_avx2)
+  }
+
+  // decode_avx2 added to sum[0, n) in the same pass, NaN canonical as canonical_nan makes it.
+  GRADCOMP_TARGET_AVX2 static void accumulate_avx2(const config& c, const meta& m, const code_type* codes, std::size_t n,
+                                                  float* sum) {
+    const std::size_t i = detail::accumulate_table16_avx2(detail::table16_of_decode<terngrad>(c, m), codes, n, sum);
+    for (std::size_t r = 0; r < n % 8; ++r) sum[i + r] = canonical_nan(sum[i + r] + decode(c, m, codes[i + r]));
+  }
+#endif
 
   GRADCOMP_HD static void store_meta(const meta& m, std::byte* out) { store_le<std::uint32_t>(out, float_bits(m.scale)); }
   GRADCOMP_HD static meta load_meta(const std::byte* in) {
