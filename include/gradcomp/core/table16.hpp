@@ -67,12 +67,16 @@ __attribute__((target("avx2"), always_inline)) inline void look_up16_avx2(const 
   q[3] = _mm_castsi128_ps(_mm_unpackhi_epi16(low_second, high_second));
 }
 
-// out[i] = the entry of codes[i], sixteen at a time, then eight; returns how many were written
-// (n rounded down to a multiple of 8). Stores as store4_avx2<Streaming>'s.
-template <bool Streaming>
-__attribute__((target("avx2"), always_inline)) inline std::size_t decode_table16_avx2(const table16& t,
-                                                                                     const std::uint8_t* codes,
-                                                                                     std::size_t n, float* out) {
+// Quantizer Q's decode_avx2 through t, its table under (c, m): out[i] = Q::decode(c, m,
+// codes[i]) for i < n, sixteen at a time, then eight, then one by one. Stores as
+// store4_avx2<Streaming>'s.
+template <bool Streaming, class Q>
+__attribute__((target("avx2"), always_inline)) inline void decode_by_table16(const table16& t,
+                                                                            const typename Q::config& c,
+                                                                            const typename Q::meta& m,
+                                                                            const typename Q::code_type* codes,
+                                                                            std::size_t n, float* out) {
+  static_assert(sizeof(typename Q::code_type) == 1, "byte codes");
   std::size_t i = 0;
   __m128 q[4];
   for (; i + 16 <= n; i += 16) {
@@ -85,13 +89,20 @@ __attribute__((target("avx2"), always_inline)) inline std::size_t decode_table16
     store4_avx2<Streaming>(out + i + 4, q[1]);
     i += 8;
   }
-  return i;
+  // The tails count to n % 8, not to n: inlined with a constant n, GCC 12 reports the form
+  // `for (; i < n; ++i)` as -Waggressive-loop-optimizations (on by default).
+  for (std::size_t r = 0; r < n % 8; ++r) out[i + r] = Q::decode(c, m, codes[i + r]);
 }
 
-// sum[i] = canonical_nan(sum[i] + the entry of codes[i]), likewise; returns how many were added.
-__attribute__((target("avx2"), always_inline)) inline std::size_t accumulate_table16_avx2(const table16& t,
-                                                                                         const std::uint8_t* codes,
-                                                                                         std::size_t n, float* sum) {
+// Q's accumulate_avx2 through t likewise: sum[i] = canonical_nan(sum[i] + Q::decode(c, m,
+// codes[i])).
+template <class Q>
+__attribute__((target("avx2"), always_inline)) inline void accumulate_by_table16(const table16& t,
+                                                                                const typename Q::config& c,
+                                                                                const typename Q::meta& m,
+                                                                                const typename Q::code_type* codes,
+                                                                                std::size_t n, float* sum) {
+  static_assert(sizeof(typename Q::code_type) == 1, "byte codes");
   const auto add8 = [sum](std::size_t at, __m128 low, __m128 high) __attribute__((always_inline, target("avx2"))) {
     const __m256 v = _mm256_add_ps(_mm256_loadu_ps(sum + at), _mm256_set_m128(high, low));
     _mm256_storeu_ps(sum + at, canonical_nan_avx2(v));
@@ -108,7 +119,7 @@ __attribute__((target("avx2"), always_inline)) inline std::size_t accumulate_tab
     add8(i, q[0], q[1]);
     i += 8;
   }
-  return i;
+  for (std::size_t r = 0; r < n % 8; ++r) sum[i + r] = canonical_nan(sum[i + r] + Q::decode(c, m, codes[i + r]));
 }
 
 }  // namespace gradcomp::detail

@@ -219,28 +219,28 @@ struct int_block {
   template <bool Streaming = false>
   GRADCOMP_TARGET_AVX2 static void decode_avx2(const config& c, const meta& m, const code_type* codes, std::size_t n,
                                               float* out) {
-    std::size_t i = 0;
     if constexpr (Bits <= 4) {
-      i = detail::decode_table16_avx2<Streaming>(table_avx2(m), codes, n, out);
+      detail::decode_by_table16<Streaming, int_block>(table_avx2(m), c, m, codes, n, out);
     } else {
+      std::size_t i = 0;
       for (; i + 8 <= n; i += 8) detail::store8_avx2<Streaming>(out + i, decode8_avx2(m, codes + i));
+      for (std::size_t r = 0; r < n % 8; ++r) out[i + r] = decode(c, m, codes[i + r]);  // (see fp8's encode_avx2)
     }
-    for (std::size_t r = 0; r < n % 8; ++r) out[i + r] = decode(c, m, codes[i + r]);  // (see fp8's encode_avx2)
   }
 
   // decode_avx2 added to sum[0, n) in the same pass, NaN canonical as canonical_nan makes it.
   GRADCOMP_TARGET_AVX2 static void accumulate_avx2(const config& c, const meta& m, const code_type* codes, std::size_t n,
                                                   float* sum) {
-    std::size_t i = 0;
     if constexpr (Bits <= 4) {
-      i = detail::accumulate_table16_avx2(table_avx2(m), codes, n, sum);
+      detail::accumulate_by_table16<int_block>(table_avx2(m), c, m, codes, n, sum);
     } else {
+      std::size_t i = 0;
       for (; i + 8 <= n; i += 8) {
         const __m256 v = _mm256_add_ps(_mm256_loadu_ps(sum + i), decode8_avx2(m, codes + i));
         _mm256_storeu_ps(sum + i, detail::canonical_nan_avx2(v));
       }
+      for (std::size_t r = 0; r < n % 8; ++r) sum[i + r] = canonical_nan(sum[i + r] + decode(c, m, codes[i + r]));
     }
-    for (std::size_t r = 0; r < n % 8; ++r) sum[i + r] = canonical_nan(sum[i + r] + decode(c, m, codes[i + r]));
   }
 
  private:

@@ -205,8 +205,7 @@ struct piecewise {
                                               float* out)
     requires(Bits <= 4)
   {
-    const std::size_t i = detail::decode_table16_avx2<Streaming>(table_avx2(m), codes, n, out);
-    for (std::size_t r = 0; r < n % 8; ++r) out[i + r] = decode(c, m, codes[i + r]);  // (see fp8's encode_avx2)
+    detail::decode_by_table16<Streaming, piecewise>(table_avx2(m), c, m, codes, n, out);
   }
 
   // decode_avx2 added to sum[0, n) in the same pass, NaN canonical as canonical_nan makes it:
@@ -215,8 +214,7 @@ struct piecewise {
                                                   float* sum)
     requires(Bits <= 4)
   {
-    const std::size_t i = detail::accumulate_table16_avx2(table_avx2(m), codes, n, sum);
-    for (std::size_t r = 0; r < n % 8; ++r) sum[i + r] = canonical_nan(sum[i + r] + decode(c, m, codes[i + r]));
+    detail::accumulate_by_table16<piecewise>(table_avx2(m), c, m, codes, n, sum);
   }
 #endif
 

@@ -126,8 +126,7 @@ struct qsgd {
                                               float* out)
     requires(Bits <= 4)
   {
-    const std::size_t i = detail::decode_table16_avx2<Streaming>(detail::table16_of_decode<qsgd>(c, m), codes, n, out);
-    for (std::size_t r = 0; r < n % 8; ++r) out[i + r] = decode(c, m, codes[i + r]);  // (see fp8's encode_avx2)
+    detail::decode_by_table16<Streaming, qsgd>(detail::table16_of_decode<qsgd>(c, m), c, m, codes, n, out);
   }
 
   // decode_avx2 added to sum[0, n) in the same pass, NaN canonical as canonical_nan makes it.
@@ -135,8 +134,7 @@ struct qsgd {
                                                   float* sum)
     requires(Bits <= 4)
   {
-    const std::size_t i = detail::accumulate_table16_avx2(detail::table16_of_decode<qsgd>(c, m), codes, n, sum);
-    for (std::size_t r = 0; r < n % 8; ++r) sum[i + r] = canonical_nan(sum[i + r] + decode(c, m, codes[i + r]));
+    detail::accumulate_by_table16<qsgd>(detail::table16_of_decode<qsgd>(c, m), c, m, codes, n, sum);
   }
 #endif
 

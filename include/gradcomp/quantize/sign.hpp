@@ -120,8 +120,7 @@ struct sign {
   template <bool Streaming = false>
   GRADCOMP_TARGET_AVX2 static void decode_avx2(const config& c, const meta& m, const code_type* codes, std::size_t n,
                                               float* out) {
-    const std::size_t i = detail::decode_table16_avx2<Streaming>(detail::table16_of_decode<sign>(c, m), codes, n, out);
-    for (std::size_t r = 0; r < n % 8; ++r) out[i + r] = decode(c, m, codes[i + r]);  // (see fp8's encode_avx2)
+    detail::decode_by_table16<Streaming, sign>(detail::table16_of_decode<sign>(c, m), c, m, codes, n, out);
   }
 #endif
 

@@ -89,15 +89,13 @@ struct terngrad {
   template <bool Streaming = false>
   GRADCOMP_TARGET_AVX2 static void decode_avx2(const config& c, const meta& m, const code_type* codes, std::size_t n,
                                               float* out) {
-    const std::size_t i = detail::decode_table16_avx2<Streaming>(detail::table16_of_decode<terngrad>(c, m), codes, n, out);
-    for (std::size_t r = 0; r < n % 8; ++r) out[i + r] = decode(c, m, codes[i + r]);  // (see fp8's encode_avx2)
+    detail::decode_by_table16<Streaming, terngrad>(detail::table16_of_decode<terngrad>(c, m), c, m, codes, n, out);
   }
 
   // decode_avx2 added to sum[0, n) in the same pass, NaN canonical as canonical_nan makes it.
   GRADCOMP_TARGET_AVX2 static void accumulate_avx2(const config& c, const meta& m, const code_type* codes, std::size_t n,
                                                   float* sum) {
-    const std::size_t i = detail::accumulate_table16_avx2(detail::table16_of_decode<terngrad>(c, m), codes, n, sum);
-    for (std::size_t r = 0; r < n % 8; ++r) sum[i + r] = canonical_nan(sum[i + r] + decode(c, m, codes[i + r]));
+    detail::accumulate_by_table16<terngrad>(detail::table16_of_decode<terngrad>(c, m), c, m, codes, n, sum);
   }
 #endif
 
