@@ -225,6 +225,25 @@ void check_avx2_decoder_lengths(const typename Q::config& c, const typename Q::m
   }
 }
 
+// check_avx2_decoder_lengths for a quantizer whose meta is one f32 (a scale or a norm), for
+// each of `values` that check_meta accepts under c: each is stored and loaded as a frame
+// carries it. Returns how many were accepted.
+template <class Q>
+std::size_t check_avx2_decoder_f32_metas(const typename Q::config& c, std::initializer_list<float> values) {
+  static_assert(Q::meta_bytes == 4, "one f32 of metadata");
+  std::size_t accepted = 0;
+  for (const float value : values) {
+    CAPTURE(value);
+    std::byte stored[4];
+    store_le<std::uint32_t>(stored, float_bits(value));
+    const auto m = Q::load_meta(stored);
+    if (!Q::check_meta(c, m).ok()) continue;
+    ++accepted;
+    check_avx2_decoder_lengths<Q>(c, m);
+  }
+  return accepted;
+}
+
 // Q::decode_packed_avx2, plain and non-temporal (out 16 bytes past a 32-byte boundary),
 // against Q::decode, float bit for float bit, on n Bits-bit codes packed LSB first: every code
 // value among the first, then random ones. The n codes alone, with exactly their bytes to

@@ -67,9 +67,29 @@ __attribute__((target("avx2"), always_inline)) inline void look_up16_avx2(const 
   q[3] = _mm_castsi128_ps(_mm_unpackhi_epi16(low_second, high_second));
 }
 
+// Looks up codes[0, n) in t sixteen at a time, then eight, and hands each eight entries to
+// eight(at, entries at .. at + 3, entries at + 4 .. at + 7); returns how many it looked up
+// (n rounded down to a multiple of 8).
+template <class Eight>
+__attribute__((target("avx2"), always_inline)) inline std::size_t for_each_eight_in_table16(
+    const table16& t, const std::uint8_t* codes, std::size_t n, Eight&& eight) {
+  std::size_t i = 0;
+  __m128 q[4];
+  for (; i + 16 <= n; i += 16) {
+    look_up16_avx2(t, _mm_loadu_si128(reinterpret_cast<const __m128i*>(codes + i)), q);
+    eight(i, q[0], q[1]);
+    eight(i + 8, q[2], q[3]);
+  }
+  if (n % 16 >= 8) {
+    look_up16_avx2(t, _mm_loadl_epi64(reinterpret_cast<const __m128i*>(codes + i)), q);
+    eight(i, q[0], q[1]);
+    i += 8;
+  }
+  return i;
+}
+
 // Quantizer Q's decode_avx2 through t, its table under (c, m): out[i] = Q::decode(c, m,
-// codes[i]) for i < n, sixteen at a time, then eight, then one by one. Stores as
-// store4_avx2<Streaming>'s.
+// codes[i]) for i < n. Stores as store4_avx2<Streaming>'s.
 template <bool Streaming, class Q>
 __attribute__((target("avx2"), always_inline)) inline void decode_by_table16(const table16& t,
                                                                             const typename Q::config& c,
@@ -77,18 +97,11 @@ __attribute__((target("avx2"), always_inline)) inline void decode_by_table16(con
                                                                             const typename Q::code_type* codes,
                                                                             std::size_t n, float* out) {
   static_assert(sizeof(typename Q::code_type) == 1, "byte codes");
-  std::size_t i = 0;
-  __m128 q[4];
-  for (; i + 16 <= n; i += 16) {
-    look_up16_avx2(t, _mm_loadu_si128(reinterpret_cast<const __m128i*>(codes + i)), q);
-    for (std::size_t k = 0; k < 4; ++k) store4_avx2<Streaming>(out + i + 4 * k, q[k]);
-  }
-  if (n % 16 >= 8) {
-    look_up16_avx2(t, _mm_loadl_epi64(reinterpret_cast<const __m128i*>(codes + i)), q);
-    store4_avx2<Streaming>(out + i, q[0]);
-    store4_avx2<Streaming>(out + i + 4, q[1]);
-    i += 8;
-  }
+  const std::size_t i = for_each_eight_in_table16(
+      t, codes, n, [out](std::size_t at, __m128 low, __m128 high) __attribute__((always_inline, target("avx2"))) {
+        store4_avx2<Streaming>(out + at, low);
+        store4_avx2<Streaming>(out + at + 4, high);
+      });
   // The tails count to n % 8, not to n: inlined with a constant n, GCC 12 reports the form
   // `for (; i < n; ++i)` as -Waggressive-loop-optimizations (on by default).
   for (std::size_t r = 0; r < n % 8; ++r) out[i + r] = Q::decode(c, m, codes[i + r]);
@@ -103,22 +116,11 @@ __attribute__((target("avx2"), always_inline)) inline void accumulate_by_table16
                                                                                 const typename Q::code_type* codes,
                                                                                 std::size_t n, float* sum) {
   static_assert(sizeof(typename Q::code_type) == 1, "byte codes");
-  const auto add8 = [sum](std::size_t at, __m128 low, __m128 high) __attribute__((always_inline, target("avx2"))) {
-    const __m256 v = _mm256_add_ps(_mm256_loadu_ps(sum + at), _mm256_set_m128(high, low));
-    _mm256_storeu_ps(sum + at, canonical_nan_avx2(v));
-  };
-  std::size_t i = 0;
-  __m128 q[4];
-  for (; i + 16 <= n; i += 16) {
-    look_up16_avx2(t, _mm_loadu_si128(reinterpret_cast<const __m128i*>(codes + i)), q);
-    add8(i, q[0], q[1]);
-    add8(i + 8, q[2], q[3]);
-  }
-  if (n % 16 >= 8) {
-    look_up16_avx2(t, _mm_loadl_epi64(reinterpret_cast<const __m128i*>(codes + i)), q);
-    add8(i, q[0], q[1]);
-    i += 8;
-  }
+  const std::size_t i = for_each_eight_in_table16(
+      t, codes, n, [sum](std::size_t at, __m128 low, __m128 high) __attribute__((always_inline, target("avx2"))) {
+        const __m256 v = _mm256_add_ps(_mm256_loadu_ps(sum + at), _mm256_set_m128(high, low));
+        _mm256_storeu_ps(sum + at, canonical_nan_avx2(v));
+      });
   for (std::size_t r = 0; r < n % 8; ++r) sum[i + r] = canonical_nan(sum[i + r] + Q::decode(c, m, codes[i + r]));
 }
 
