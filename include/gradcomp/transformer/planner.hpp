@@ -152,29 +152,19 @@ inline void smoothed_gradient(const stages& st, std::span<const double> x, doubl
     }
 }
 
-// Whole granules per chunk from continuous sizes (largest remainders), each at least one.
-inline std::vector<std::size_t> round_units(std::span<const double> x, std::size_t units) {
-  double total = 0;
-  for (double v : x) total += v;
-  std::vector<std::size_t> u(x.size(), 1);
-  std::vector<double> want(x.size());
-  std::size_t used = x.size();
-  for (std::size_t i = 0; i < x.size(); ++i) {
-    want[i] = x[i] / total * static_cast<double>(units);
-    const auto fl = static_cast<std::size_t>(std::floor(want[i]));
-    if (fl > 1) used += fl - 1, u[i] = fl;
-  }
-  while (used > units) {  // (only when many chunks were raised to one granule)
-    std::size_t j = 0;
-    for (std::size_t i = 0; i < u.size(); ++i)
-      if (u[i] > 1 && (u[j] <= 1 || u[i] - want[i] > u[j] - want[j])) j = i;
-    --u[j], --used;
-  }
-  while (used < units) {
-    std::size_t j = 0;
-    for (std::size_t i = 1; i < u.size(); ++i)
-      if (want[i] - u[i] > want[j] - u[j]) j = i;
-    ++u[j], ++used;
+// Whole granules per chunk from continuous sizes in elements: the cumulative boundaries
+// rounded to the nearest granule, each chunk at least one.
+inline std::vector<std::size_t> round_units(std::span<const double> x, std::size_t granule, std::size_t units) {
+  const std::size_t c = x.size();
+  std::vector<std::size_t> u(c);
+  double cumulative = 0;
+  std::size_t previous = 0;
+  for (std::size_t i = 0; i < c; ++i) {
+    cumulative += x[i];
+    auto b = i + 1 == c ? units : static_cast<std::size_t>(std::llround(cumulative / static_cast<double>(granule)));
+    b = std::clamp(b, previous + 1, units - (c - 1 - i));
+    u[i] = b - previous;
+    previous = b;
   }
   return u;
 }
@@ -220,34 +210,12 @@ inline std::pair<double, std::vector<std::size_t>> best_chunking(const layer_pro
     const double t = time_of(u);
     if (t < best.first * (1 - 1e-12)) best = {t, sizes_from_units(q, u)};
   };
-  std::vector<double> x, g, weights, adj;
-  for (std::size_t c = 1; c <= std::min(o.max_chunks, units); ++c) {
-    std::vector<std::size_t> equal(c, units / c);
-    for (std::size_t i = 0; i < units % c; ++i) ++equal[i];
-    consider(equal);
-    if (c == 1) continue;
-    // Exponentiated-gradient descent on the smoothed makespan, from the equal split.
-    x.assign(c, static_cast<double>(units) / static_cast<double>(c));
-    const double m0 = detail::makespan(st, std::span<const double>(x));
-    if (!(m0 > 0) || !std::isfinite(m0)) continue;
-    std::vector<double> best_x = x;
-    double best_m = m0;
-    for (int it = 0; it < o.iterations; ++it) {
-      const double left = 1 - static_cast<double>(it) / o.iterations;
-      g.assign(c, 0.0);
-      detail::smoothed_gradient(st, x, m0 * (0.02 * left + 1e-4), weights, adj, g);
-      double gmax = 0, sum = 0;
-      for (double v : g) gmax = std::max(gmax, std::abs(v));
-      if (!(gmax > 0)) break;
-      for (std::size_t i = 0; i < c; ++i) sum += x[i] *= std::exp(-(0.5 * left + 0.01) * g[i] / gmax);
-      for (double& v : x) v *= static_cast<double>(units) / sum;
-      if (const double m = detail::makespan(st, std::span<const double>(x)); m < best_m) best_m = m, best_x = x;
-    }
-    std::vector<std::size_t> u = detail::round_units(best_x, units);
-    // Polish: one-granule moves between chunks while they help (a few sweeps), where a
-    // granule is a sizeable part of a chunk (else rounding costs next to nothing).
+  // One-granule moves between any two chunks while they help, where a granule is a sizeable
+  // part of a chunk (else rounding costs next to nothing).
+  const auto polish = [&](std::vector<std::size_t>& u) {
+    const std::size_t c = u.size();
     double t = time_of(u);
-    for (int sweep = 0; sweep < 4 && units <= 64 * c; ++sweep) {
+    for (int sweep = 0; sweep < 64 && units <= 64 * c; ++sweep) {
       bool moved = false;
       for (std::size_t j = 0; j < c; ++j)
         for (std::size_t k = 0; k < c; ++k) {
@@ -261,6 +229,36 @@ inline std::pair<double, std::vector<std::size_t>> best_chunking(const layer_pro
         }
       if (!moved) break;
     }
+  };
+  const double total = static_cast<double>(p.elements);
+  std::vector<double> x, g, weights, adj;
+  for (std::size_t c = 1; c <= std::min(o.max_chunks, units); ++c) {
+    std::vector<std::size_t> equal(c, units / c);
+    for (std::size_t i = 0; i < units % c; ++i) ++equal[i];
+    consider(equal);
+    if (c == 1 || !(total > 0)) continue;
+    polish(equal);
+    consider(equal);
+    // Exponentiated-gradient descent on the smoothed makespan, from the equal split, in
+    // elements (a last, partial granule weighs what it holds).
+    x.assign(c, total / static_cast<double>(c));
+    const double m0 = detail::makespan(st, std::span<const double>(x));
+    if (!(m0 > 0) || !std::isfinite(m0)) continue;
+    std::vector<double> best_x = x;
+    double best_m = m0;
+    for (int it = 0; it < o.iterations; ++it) {
+      const double left = 1 - static_cast<double>(it) / o.iterations;
+      g.assign(c, 0.0);
+      detail::smoothed_gradient(st, x, m0 * (0.02 * left + 1e-4), weights, adj, g);
+      double gmax = 0, sum = 0;
+      for (double v : g) gmax = std::max(gmax, std::abs(v));
+      if (!(gmax > 0)) break;
+      for (std::size_t i = 0; i < c; ++i) sum += x[i] *= std::exp(-(0.5 * left + 0.01) * g[i] / gmax);
+      for (double& v : x) v *= total / sum;
+      if (const double m = detail::makespan(st, std::span<const double>(x)); m < best_m) best_m = m, best_x = x;
+    }
+    std::vector<std::size_t> u = detail::round_units(best_x, granule, units);
+    polish(u);
     consider(u);
   }
   return best;
