@@ -9,4 +9,5 @@
 #include "transformer/models.hpp"
 #include "transformer/planner.hpp"
 #include "transformer/router.hpp"
+#include "transformer/tagc.hpp"
 #include "transformer/telemetry.hpp"

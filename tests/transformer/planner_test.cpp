@@ -4,6 +4,7 @@
 
 #include <gradcomp/transformer/planner.hpp>
 #include <gradcomp/transformer/router.hpp>
+#include <gradcomp/transformer/tagc.hpp>
 
 #include <algorithm>
 #include <cmath>

@@ -6,6 +6,7 @@
 #include <gradcomp/quantize/fp16.hpp>
 #include <gradcomp/transformer/models.hpp>
 #include <gradcomp/transformer/router.hpp>
+#include <gradcomp/transformer/tagc.hpp>
 
 #include <cmath>
 #include <cstring>

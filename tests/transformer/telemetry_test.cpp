@@ -4,6 +4,7 @@
 
 #include <gradcomp/transformer/models.hpp>
 #include <gradcomp/transformer/router.hpp>
+#include <gradcomp/transformer/tagc.hpp>
 #include <gradcomp/transformer/telemetry.hpp>
 
 #include <cmath>

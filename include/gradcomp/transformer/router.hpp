@@ -8,7 +8,7 @@
 // the decoder from each frame's codec id, so a sender may reroute a tensor (compress it or
 // not) without telling the receivers. Slots must have distinct codec ids (validate()).
 //
-//   using R = transformer::tagc_router<>;  // slots: sketch stand-in, bf16, fp32
+//   using R = transformer::tagc_router<>;  // transformer/tagc.hpp: sketch stand-in, bf16, fp32
 //   R r(transformer::gpt2_layout(transformer::gpt2_small), transformer::tagc_routing());
 //   auto st = r.make_state();
 //   std::vector<std::byte> payload(r.max_payload_bytes<float>());
@@ -25,18 +25,12 @@
 #include <limits>
 #include <span>
 #include <tuple>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
 #include "../compressor.hpp"
 #include "../core/layout.hpp"
-#include "../feedback/none.hpp"
-#include "../feedback/residual.hpp"
-#include "../partition/chunks.hpp"
-#include "../quantize/bf16.hpp"
-#include "../quantize/none.hpp"
-#include "../sparsify/dense.hpp"
-#include "../sparsify/topk.hpp"
 #include "../state.hpp"
 #include "frames.hpp"
 #include "telemetry.hpp"
@@ -393,29 +387,5 @@ class router {
   classifier classifier_;
   std::vector<role> roles_;
 };
-
-// TAGC's choice of codecs, with a stand-in in the sketch slot until the count-sketch codec is
-// in the library (any compressor with its own codec id fits the slot).
-using sketch_stand_in = compressor<partition::chunks, sparsify::topk, quantize::bf16, feedback::residual>;
-using bf16_cast = compressor<partition::chunks, sparsify::dense, quantize::bf16, feedback::none>;
-using fp32_plain = compressor<partition::chunks, sparsify::dense, quantize::none, feedback::none>;
-template <class Sketch = sketch_stand_in>
-using tagc_router = router<Sketch, bf16_cast, fp32_plain>;
-
-inline constexpr std::size_t tagc_sketch_slot = 0, tagc_bf16_slot = 1, tagc_plain_slot = 2;
-
-// MLP, embeddings and the LM head to the sketch slot, attention too when asked, the rest
-// as bf16; tensors under small_elements uncompressed (fp32).
-inline routing tagc_routing(bool compress_attention = false, std::size_t small_elements = std::size_t{1} << 16) {
-  routing r;
-  r.slot_of_role.fill(tagc_bf16_slot);
-  for (role x : {role::mlp_in, role::mlp_out, role::embedding, role::lm_head})
-    r.slot_of_role[static_cast<std::size_t>(x)] = tagc_sketch_slot;
-  if (compress_attention)
-    for (role x : {role::attention_qkv, role::attention_out}) r.slot_of_role[static_cast<std::size_t>(x)] = tagc_sketch_slot;
-  r.small_elements = small_elements;
-  r.small_slot = tagc_plain_slot;
-  return r;
-}
 
 }  // namespace gradcomp::transformer
