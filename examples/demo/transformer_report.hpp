@@ -52,7 +52,8 @@ inline void routing_section() {
   using R = tf::tagc_router<>;
   tf::sketch_stand_in::config sketch;
   sketch.sparsify.density = 0.01;
-  const R r(tf::gpt2_layout(tf::gpt2_small), tf::tagc_routing(), {tf::sketch_stand_in(sketch), tf::bf16_cast(), tf::fp32_plain()});
+  const R r(tf::gpt2_layout(tf::gpt2_small), tf::tagc_routing(),
+            {tf::sketch_stand_in(sketch), tf::bf16_cast(), tf::fp32_plain()});
   const gc::layout& l = r.get_layout();
   std::vector<gc::role> roles(l.size());
   for (std::size_t t = 0; t < l.size(); ++t) roles[t] = r.role_of(t);
@@ -114,7 +115,10 @@ inline void planner_section() {
   tf::layer_problem p{tokens * hidden, hidden, 2.0 * tokens * hidden * 3072 * 2 / 2 / 50e12, 10e-6, 2};
   const tf::acctfm<4> h(tf::acctfm_config<4>(hidden, 1.0 / 8, 256));
   std::vector<float> sample(256 * hidden);
-  for (std::size_t j = 0; j < sample.size(); ++j) sample[j] = std::sin(0.37f * static_cast<float>(j)) * std::exp(std::cos(0.11f * static_cast<float>(j)));
+  for (std::size_t j = 0; j < sample.size(); ++j) {
+    const float x = static_cast<float>(j);
+    sample[j] = std::sin(0.37f * x) * std::exp(std::cos(0.11f * x));
+  }
   const auto measured = tf::measure_path(h, sample, tf::collective::all_gather, 5);
   if (!measured) return;
   tf::planner_options o;
@@ -132,7 +136,9 @@ inline void planner_section() {
     const tf::plan pl = tf::plan_layer(p, o);
     const double serial = tf::pipeline_seconds(p, o, pl.compress ? o.compressed : o.plain, std::vector<std::size_t>{p.elements});
     std::string rows = std::to_string(pl.sizes.front() / hidden);
-    if (pl.chunks() > 1) rows += " .. " + std::to_string(pl.sizes[pl.chunks() / 2] / hidden) + " .. " + std::to_string(pl.sizes.back() / hidden);
+    if (pl.chunks() > 1)
+      rows += " .. " + std::to_string(pl.sizes[pl.chunks() / 2] / hidden) + " .. " +
+              std::to_string(pl.sizes.back() / hidden);
     char link[32];
     std::snprintf(link, sizeof link, "%g Gb/s", gbit);
     std::printf("  %-9s %-10s %7zu %-22s %10.2f %12.2f %12.2f %13.2f\n", link, pl.compress ? "compress" : "bf16",

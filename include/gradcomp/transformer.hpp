@@ -5,7 +5,6 @@
 
 #include "core/layout.hpp"
 #include "transformer/acctfm.hpp"
-#include "transformer/frames.hpp"
 #include "transformer/models.hpp"
 #include "transformer/planner.hpp"
 #include "transformer/router.hpp"

@@ -117,7 +117,8 @@ double makespan(const stages& st, std::span<const X> x) {
   std::array<double, 4> f{};
   for (const X xi : x) {
     double prev = 0;
-    for (std::size_t s = 0; s < st.count; ++s) prev = f[s] = std::max(f[s], prev) + st.s[s].a + st.s[s].b * static_cast<double>(xi);
+    for (std::size_t s = 0; s < st.count; ++s)
+      prev = f[s] = std::max(f[s], prev) + st.s[s].a + st.s[s].b * static_cast<double>(xi);
   }
   return f[st.count - 1];
 }
@@ -329,7 +330,8 @@ result<wire_path> measure_path(const C& comp, std::span<const float> sample, col
   const double frames = static_cast<double>(comp.template chunk_count<float>(n));
   wire_path w;
   w.frame_bytes = static_cast<double>(frame::header_bytes);
-  w.wire_bytes_per_element = n ? std::max(0.0, static_cast<double>(bytes) - frames * w.frame_bytes) / static_cast<double>(n) : 0;
+  const double values = std::max(0.0, static_cast<double>(bytes) - frames * w.frame_bytes);
+  w.wire_bytes_per_element = n ? values / static_cast<double>(n) : 0;
   w.encode_elements_per_s = static_cast<double>(n) / std::max(encode, 1e-9);
   w.decode_elements_per_s = static_cast<double>(n) / std::max(decode, 1e-9);
   w.coll = coll;

@@ -17,7 +17,7 @@
 //
 // Gather path: payloads differ per rank; the transport all-gathers them and each receiver
 // accumulates them all (one call over the concatenation). Decoding checks every frame of the
-// call before writing anything (transformer/frames.hpp).
+// call before writing anything (engine::check_frame).
 
 #include <array>
 #include <cstddef>
@@ -32,7 +32,7 @@
 #include "../compressor.hpp"
 #include "../core/layout.hpp"
 #include "../state.hpp"
-#include "frames.hpp"
+#include "../engine/frame_checks.hpp"
 #include "telemetry.hpp"
 
 namespace gradcomp::transformer {
@@ -149,7 +149,8 @@ class router {
   result<std::size_t> compress(std::span<const T> grad, router_state& st, std::span<std::byte> payload,
                                telemetry* tel = nullptr) const {
     if (auto s = check_compress_args(grad, st); !s) return s;
-    if (payload.size() < max_payload_bytes<T>()) return status{errc::buffer_too_small, "payload smaller than max_payload_bytes()"};
+    if (payload.size() < max_payload_bytes<T>())
+      return status{errc::buffer_too_small, "payload smaller than max_payload_bytes()"};
     for (std::size_t t = 0; t < layout_.size(); ++t)
       if (auto s = check_finite(t, grad); !s) return s;
     std::size_t written = 0;
@@ -216,7 +217,8 @@ class router {
   }
   result<std::size_t> save_checkpoint(const router_state& st, std::span<std::byte> out) const {
     if (auto s = check_state(st); !s) return s;
-    if (out.size() < checkpoint_bytes(st)) return status{errc::buffer_too_small, "checkpoint buffer smaller than checkpoint_bytes()"};
+    if (out.size() < checkpoint_bytes(st))
+      return status{errc::buffer_too_small, "checkpoint buffer smaller than checkpoint_bytes()"};
     std::size_t at = 0;
     for (std::size_t t = 0; t < st.tensors.size(); ++t) {
       const auto w = gradcomp::save_checkpoint(st.tensors[t], codec_of(st.slots[t]), out.subspan(at));
@@ -346,9 +348,11 @@ class router {
     if (auto s = validate(); !s) return s;
     if (out.size() < layout_.extent()) return {errc::size_mismatch, "buffer smaller than the layout's extent"};
     const auto check = [&](std::size_t t, std::size_t s, std::span<const std::byte> f) {
-      return visit(s, [&](const auto& c) { return check_frame(c, f, layout_[t].elements()); });
+      return visit(s, [&](const auto& c) { return engine::check_frame(c, f, layout_[t].elements()); });
     };
-    const auto peek = [](std::size_t, std::size_t, std::span<const std::byte> f) { return frame::parse_header(f.data(), f.size()); };
+    const auto peek = [](std::size_t, std::size_t, std::span<const std::byte> f) {
+      return frame::parse_header(f.data(), f.size());
+    };
     if (auto s = walk(payload, check, [](std::size_t, std::size_t, std::span<const std::byte>) {}); !s) return s;
     status failed{};
     (void)walk(payload, peek, [&](std::size_t t, std::size_t s, std::span<const std::byte> frames) {
@@ -371,7 +375,8 @@ class router {
         if (s == npos) return {errc::codec_mismatch, "frame codec id is none of the router's slots"};
         const std::span<const std::byte> f = frames.subspan(at, peek->frame_bytes());
         if (pass == 0) {
-          if (auto h = visit(s, [&](const auto& c) { return check_frame(c, f, layout_[t].elements()); }); !h) return h.error();
+          const auto h = visit(s, [&](const auto& c) { return engine::check_frame(c, f, layout_[t].elements()); });
+          if (!h) return h.error();
         } else if (auto r = apply(t, s, f, out, add); !r) {
           return r;
         }
