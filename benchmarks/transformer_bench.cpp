@@ -1,16 +1,17 @@
 // gradcomp transformer benchmarks (Google Benchmark): the AccTFM hybrid on a [2048 x 4096]
 // activation, and the overlap planner on a 48-layer model.
 //
-// Hybrid rows (token-level top-k, 1/8 of each row, + piecewise<4>, 256 rows per frame, no
-// feedback) report, as benchmarks/cpu_bench.cpp does:
-//   bytes_per_second  bytes read + written per second: compress reads the 4n input and writes
-//                     the payload; decompress reads the payload and writes 4n; accumulate reads
-//                     the payload and reads and writes the 4k sums where values were sent;
-//                     gather8 accumulates 8 ranks' payloads (8 x that).
-//   memcpy_bps        memcpy of the 4n input bytes (read + write), timed in the same loop
-//                     (each iteration: a warm copy timed, then the operation timed);
-//   vs_memcpy         bytes_per_second / memcpy_bps; time_vs_memcpy: time per call / time of
-//                     one copy of the 4n input; ratio: 4n / payload bytes; median_ms.
+// Rows are named <operation>/<case> (benchmarks/report makes a table per operation). Hybrid
+// rows (token-level top-k, 1/8 of each row, + piecewise<4>, 256 rows per frame, no feedback)
+// report, as benchmarks/cpu_bench.cpp does:
+//   GBps            bytes read + written, 1e9 per second: compress reads the 4n input and
+//                   writes the payload; decompress reads the payload and writes 4n; accumulate
+//                   reads the payload and reads and writes the 4k sums where values were sent
+//                   (ranks:8: 8 payloads, all-gathered, accumulated in one call);
+//   memcpy_GBps     memcpy of the 4n input bytes (read + write), timed in the same loop (each
+//                   iteration: a warm copy timed, then the operation timed);
+//   vs_memcpy       GBps / memcpy_GBps; time_vs_memcpy: time per call / time of one copy of
+//                   the 4n input; ratio: 4n / payload bytes (one rank's); median_ms.
 // Counters use median times (shared machines). Inputs: fixed-seed activations, a log-normal
 // scale per token, Student-t(3) values, every 61st channel twenty times larger.
 //
@@ -27,6 +28,7 @@
 #include <cstdint>
 #include <cstring>
 #include <random>
+#include <utility>
 #include <vector>
 
 #include <gradcomp/transformer.hpp>
@@ -76,17 +78,12 @@ std::vector<std::byte> payload_of(const std::vector<float>& x) {
   return p;
 }
 
-benchmark::Counter printed_rate(double value, double total_seconds) {
-  return benchmark::Counter(value * total_seconds, benchmark::Counter::kIsRate, benchmark::Counter::kIs1024);
-}
-
 // Each iteration: memcpy of the 4n input twice (the second timed), then op() timed.
 template <class Op>
 void measure(benchmark::State& st, double bytes_rw, double payload_bytes, Op&& op) {
   const std::vector<float>& src = activation();
   std::vector<float> dst(n);
   std::vector<double> ours, copy;
-  double total = 0;
   for (auto _ : st) {
     std::memcpy(dst.data(), src.data(), 4 * n);
     benchmark::ClobberMemory();
@@ -101,12 +98,11 @@ void measure(benchmark::State& st, double bytes_rw, double payload_bytes, Op&& o
     const double t = seconds_since(t0);
     st.SetIterationTime(t);
     ours.push_back(t);
-    total += t;
   }
   const double t_ours = median(ours), t_copy = median(copy);
   if (t_ours <= 0 || t_copy <= 0) return;
-  st.counters["bytes_per_second"] = printed_rate(bytes_rw / t_ours, total);
-  st.counters["memcpy_bps"] = printed_rate(8.0 * n / t_copy, total);
+  st.counters["GBps"] = bytes_rw / t_ours * 1e-9;
+  st.counters["memcpy_GBps"] = 8.0 * n / t_copy * 1e-9;
   st.counters["vs_memcpy"] = (bytes_rw / t_ours) / (8.0 * n / t_copy);
   st.counters["time_vs_memcpy"] = t_ours / t_copy;
   st.counters["ratio"] = 4.0 * n / payload_bytes;
@@ -138,8 +134,7 @@ void BM_acctfm_decompress(benchmark::State& st) {
 }
 
 // One payload, or 8 ranks' (all-gathered, back to back), accumulated into an fp32 sum.
-void BM_acctfm_accumulate(benchmark::State& st) {
-  const std::size_t ranks = static_cast<std::size_t>(st.range(0));
+void BM_acctfm_accumulate(benchmark::State& st, std::size_t ranks) {
   std::vector<std::byte> gathered;
   for (std::size_t r = 0; r < ranks; ++r) {
     const auto p = payload_of(activation(static_cast<std::uint32_t>(r + 1)));
@@ -156,8 +151,7 @@ void BM_acctfm_accumulate(benchmark::State& st) {
   if (!ok) st.SkipWithError("accumulate failed");
 }
 
-void BM_planner_48_layers(benchmark::State& st) {
-  const bool distinct = st.range(0) != 0;
+void BM_planner_48_layers(benchmark::State& st, bool distinct) {
   std::vector<tf::layer_problem> layers(48, tf::layer_problem{8192 * 4096, 4096, 2e-3, 10e-6, 2});
   if (distinct)
     for (std::size_t i = 0; i < layers.size(); ++i) layers[i].compute_s *= 1.0 + 0.01 * static_cast<double>(i);
@@ -179,10 +173,10 @@ void BM_planner_48_layers(benchmark::State& st) {
 
 }  // namespace
 
-BENCHMARK(BM_acctfm_compress)->UseManualTime()->Unit(benchmark::kMillisecond)->MinTime(0.5);
-BENCHMARK(BM_acctfm_decompress)->UseManualTime()->Unit(benchmark::kMillisecond)->MinTime(0.5);
-BENCHMARK(BM_acctfm_accumulate)->ArgName("ranks")->Arg(1)->Arg(8)->UseManualTime()->Unit(benchmark::kMillisecond)->MinTime(0.5);
-BENCHMARK(BM_planner_48_layers)->ArgName("distinct")->Arg(0)->Arg(1)->UseManualTime()->Unit(benchmark::kMillisecond);
+template <class Fn>
+void add(const char* name, Fn&& fn, double min_time = 0.5) {
+  benchmark::RegisterBenchmark(name, std::forward<Fn>(fn))->UseManualTime()->Unit(benchmark::kMillisecond)->MinTime(min_time);
+}
 
 int main(int argc, char** argv) {
   std::vector<char*> args(argv, argv + argc);  // tabular counters unless the caller chose otherwise
@@ -194,6 +188,12 @@ int main(int argc, char** argv) {
   args.push_back(nullptr);
   benchmark::Initialize(&count, args.data());
   if (benchmark::ReportUnrecognizedArguments(count, args.data())) return 1;
+  add("compress/acctfm_2048x4096", BM_acctfm_compress);
+  add("decompress/acctfm_2048x4096", BM_acctfm_decompress);
+  add("accumulate/acctfm_2048x4096/ranks:1", [](benchmark::State& st) { BM_acctfm_accumulate(st, 1); });
+  add("accumulate/acctfm_2048x4096/ranks:8", [](benchmark::State& st) { BM_acctfm_accumulate(st, 8); });
+  add("planner/48_layers_alike", [](benchmark::State& st) { BM_planner_48_layers(st, false); }, 0.1);
+  add("planner/48_layers_distinct", [](benchmark::State& st) { BM_planner_48_layers(st, true); }, 0.1);
   benchmark::RunSpecifiedBenchmarks();
   benchmark::Shutdown();
   return 0;
