@@ -349,7 +349,7 @@ TEST_CASE("piecewise: edge cases") {
     CHECK(d[0] == big);
     CHECK(d[1] == -big);
     CHECK(d[2] == 0.0f);
-    CHECK(d[3] == doctest::Approx(big / 3).epsilon(0.05));
+    CHECK(std::abs(double(d[3]) - double(big) / 3) <= double(big) / 8);  // within half a tail step (<= M / 8 at 4 bits)
   }
   SUBCASE("subnormal groups stay finite and within M") {
     const std::vector<float> x = {1e-40f, -3e-41f, 0.0f, 1e-45f, 5e-39f, -5e-39f, 2e-39f, 1e-42f};
