@@ -1,0 +1,25 @@
+// Dense codecs: casts and per-group quantizers over every element.
+#include "codec.hpp"
+
+namespace gradcomp_py {
+
+void add_dense_codecs(std::vector<entry>& out) {
+  using D = gc::sparsify::dense;
+  namespace q = gc::quantize;
+  auto add = [&](const char* name, const char* what, factory f) { out.push_back({name, what, std::move(f)}); };
+  add("fp32", "no compression (summable: all-reduce fp32)", [](const options& o) { return build_with_feedback<D, q::none>(o, false); });
+  add("bf16", "bfloat16 cast (summable: all-reduce bf16)", [](const options& o) { return build_with_feedback<D, q::bf16>(o, false); });
+  add("fp16", "float16 cast (summable: all-reduce fp16)", [](const options& o) { return build_with_feedback<D, q::fp16>(o, false); });
+  add("fp8_e4m3", "fp8 e4m3, optionally scaled per group", [](const options& o) { return build_with_feedback<D, q::fp8<q::fp8_format::e4m3>>(o, false); });
+  add("fp8_e5m2", "fp8 e5m2, optionally scaled per group", [](const options& o) { return build_with_feedback<D, q::fp8<q::fp8_format::e5m2>>(o, false); });
+  add("int8", "8-bit integers, one scale per group", [](const options& o) { return build_with_feedback<D, q::int_block<8>>(o, false); });
+  add("int4", "4-bit integers, one scale per group", [](const options& o) { return build_with_feedback<D, q::int_block<4>>(o, false); });
+  add("int2", "2-bit integers, one scale per group", [](const options& o) { return build_with_feedback<D, q::int_block<2>>(o, true); });
+  add("qsgd", "QSGD, 4-bit codes, one norm per group", [](const options& o) { return build_with_feedback<D, q::qsgd<4>>(o, false); });
+  add("terngrad", "TernGrad, 2 bits, one scale per group", [](const options& o) { return build_with_feedback<D, q::terngrad>(o, false); });
+  add("sign", "1-bit sign with one scale per group", [](const options& o) { return build_with_feedback<D, q::sign>(o, true); });
+  add("natural", "natural compression (9-bit power of two)", [](const options& o) { return build_with_feedback<D, q::natural>(o, false); });
+  add("piecewise4", "AccTFM piecewise quantization, 4 bits", [](const options& o) { return build_with_feedback<D, q::piecewise<4>>(o, false); });
+}
+
+}  // namespace gradcomp_py
