@@ -214,6 +214,7 @@ struct entry {
   factory make;
 };
 void add_dense_codecs(std::vector<entry>& out);
+void add_grouped_codecs(std::vector<entry>& out);
 void add_sparse_codecs(std::vector<entry>& out);
 std::unique_ptr<codec> make_codec(const std::string& name, const options& opts);
 const std::vector<entry>& registry();

@@ -72,6 +72,7 @@ const std::vector<entry>& registry() {
   static const std::vector<entry> all = [] {
     std::vector<entry> r;
     add_dense_codecs(r);
+    add_grouped_codecs(r);
     add_sparse_codecs(r);
     return r;
   }();

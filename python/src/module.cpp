@@ -88,8 +88,9 @@ nb::dict to_dict(const options& o) {
   return d;
 }
 
-nb::ndarray<float, nb::ndim<1>> float_view(std::vector<float>& v) {
-  return nb::ndarray<float, nb::ndim<1>>(v.data(), {v.size()}, nb::handle());
+// A NumPy view of a state array (torch.from_numpy wraps it without a copy either).
+nb::ndarray<nb::numpy, float, nb::ndim<1>> float_view(std::vector<float>& v) {
+  return nb::ndarray<nb::numpy, float, nb::ndim<1>>(v.data(), {v.size()}, nb::handle());
 }
 
 }  // namespace
@@ -120,7 +121,7 @@ NB_MODULE(_core, m) {
       .def_prop_ro("size", [](const state_box& s) { return s.st.size; })
       .def_prop_rw("step", [](const state_box& s) { return s.st.step; }, [](state_box& s, std::uint64_t v) { s.st.step = v; })
       .def_prop_ro("residual", [](state_box& s) { return float_view(s.st.residual); }, nb::rv_policy::reference_internal,
-                   "The residual (a view, not a copy; empty without error feedback).")
+                   "The residual as a NumPy view (no copy; empty without error feedback).")
       .def_prop_ro("thresholds", [](state_box& s) { return float_view(s.st.thresholds); }, nb::rv_policy::reference_internal)
       .def("checkpoint", [](const state_box& s) {
         std::string bytes(gc::checkpoint_bytes(s.st), '\0');

@@ -1,4 +1,4 @@
-// Dense codecs: casts and per-group quantizers over every element.
+// Dense codecs: casts, fp8 and integer blocks over every element (registry_grouped.cpp: the rest).
 #include "codec.hpp"
 
 namespace gradcomp_py {
@@ -15,11 +15,6 @@ void add_dense_codecs(std::vector<entry>& out) {
   add("int8", "8-bit integers, one scale per group", [](const options& o) { return build_with_feedback<D, q::int_block<8>>(o, false); });
   add("int4", "4-bit integers, one scale per group", [](const options& o) { return build_with_feedback<D, q::int_block<4>>(o, false); });
   add("int2", "2-bit integers, one scale per group", [](const options& o) { return build_with_feedback<D, q::int_block<2>>(o, true); });
-  add("qsgd", "QSGD, 4-bit codes, one norm per group", [](const options& o) { return build_with_feedback<D, q::qsgd<4>>(o, false); });
-  add("terngrad", "TernGrad, 2 bits, one scale per group", [](const options& o) { return build_with_feedback<D, q::terngrad>(o, false); });
-  add("sign", "1-bit sign with one scale per group", [](const options& o) { return build_with_feedback<D, q::sign>(o, true); });
-  add("natural", "natural compression (9-bit power of two)", [](const options& o) { return build_with_feedback<D, q::natural>(o, false); });
-  add("piecewise4", "AccTFM piecewise quantization, 4 bits", [](const options& o) { return build_with_feedback<D, q::piecewise<4>>(o, false); });
 }
 
 }  // namespace gradcomp_py
