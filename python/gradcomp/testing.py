@@ -104,10 +104,10 @@ def init_process_group(rank: int, world: int, port: int, threads: int = 1):
 
 
 def train(spec: str, steps: int, *, options=None, batch=8, seq=32, optimizer="sgd", lr=None, seed=0, start=0,
-          resume=None, save_at=None, save_path=None, target_loss=None, model_kw=None):
+          resume=None, save_at=None, save_path=None, target_loss=None, model_kw=None, on_step=None):
     """Trains TinyTransformer with DDP for steps [start, steps) under the process group that is
     already initialised. resume/save_path: torch.save files holding model, optimizer and hook
-    state. Returns dict(losses, eval, seconds, time_to_target, bytes_sent, params)."""
+    state. on_step(step): called after each step. Returns dict(losses, eval, seconds, time_to_target, bytes_sent, params)."""
     from torch.nn.parallel import DistributedDataParallel as DDP
 
     rank, world = dist.get_rank(), dist.get_world_size()
@@ -139,6 +139,8 @@ def train(spec: str, steps: int, *, options=None, batch=8, seq=32, optimizer="sg
         loss.backward()
         opt.step()
         losses.append(loss.item())
+        if on_step is not None:
+            on_step(step)
         if target_loss is not None and t_target is None and len(losses) >= 10 and sum(losses[-10:]) / 10 <= target_loss:
             t_target = time.perf_counter() - t0
         if save_at is not None and step + 1 == save_at:
