@@ -33,7 +33,7 @@ METHODS = [  # (label, spec, options)
     ("gradcomp int4+EF", "int4", {"error_feedback": True}),
     ("gradcomp top-k 1%+EF", "topk", {"density": 0.01}),
 ]
-RATES = {"100mbit": (100e6, "64kb"), "1gbit": (1e9, "256kb"), "10gbit": (10e9, "2mb")}
+RATES = {"unlimited": (None, None), "100mbit": (100e6, "64kb"), "1gbit": (1e9, "256kb"), "10gbit": (10e9, "2mb")}
 NS = "gc-e2e"
 
 
@@ -74,6 +74,9 @@ def netns_up(world):
 def shape(world, rate, burst):
     for r in range(world):
         for ns, dev in ((f"{NS}-{r}", f"gc{r}"), (f"{NS}-sw", f"gc{r}s")):
+            if burst is None:  # unlimited: the veth pair as it is (the base of the alpha-beta model)
+                sh("ip", "netns", "exec", ns, "tc", "qdisc", "del", "dev", dev, "root", check=False)
+                continue
             sh("ip", "netns", "exec", ns, "tc", "qdisc", "replace", "dev", dev, "root", "tbf", "rate", rate, "burst", burst,
                "latency", "100ms")
 
@@ -95,7 +98,8 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--world", type=int, default=2)
     ap.add_argument("--curve-steps", type=int, default=400)
-    ap.add_argument("--timed-steps", type=int, default=30)
+    ap.add_argument("--timed-steps", type=int, default=50)
+    ap.add_argument("--reuse-curves", default=None, help="take step 1 from an earlier results.json")
     ap.add_argument("--rates", default=",".join(RATES))
     ap.add_argument("--only", default=None, help="comma-separated labels of METHODS")
     ap.add_argument("--out", default=os.path.join(HERE, "..", "..", "build", "e2e", "results.json"))
@@ -105,7 +109,10 @@ def main():
     methods = [m for m in METHODS if not a.only or m[0] in a.only.split(",")]
     res = {"world": a.world, "host": os.uname().nodename, "cpus": os.cpu_count(), "methods": {}, "rates": {}}
     port = 29611
-    for label, spec, opts in methods:
+    if a.reuse_curves:
+        with open(a.reuse_curves) as f:
+            res["methods"] = {k: v for k, v in json.load(f)["methods"].items() if k in dict((m[0], 1) for m in methods)}
+    for label, spec, opts in methods if not a.reuse_curves else []:
         port += 1
         t = time.time()
         r = launch(a.world, spec, opts, a.curve_steps, tmp, port, netns=False)
