@@ -42,11 +42,13 @@ def analyse(res):
         sent = None
         for rate, rr in res["rates"].items():
             if label in rr:
-                ms = 1e3 * median_step(rr[label]["step_times"])
+                runs = rr[label] if isinstance(rr[label], list) else [rr[label]]
+                best = min(runs, key=lambda x: median_step(x["step_times"]))  # the least disturbed repeat
+                ms = 1e3 * median_step(best["step_times"])
                 if rate == "unlimited":
                     row["loop_ms"] = ms  # the same namespaces without a limit
                     continue
-                sent = bytes_per_step(rr[label]["tx_bytes"])
+                sent = bytes_per_step(best["tx_bytes"])
                 row["rates"][rate] = {"ms": ms, "measured": True}
         row["bytes"] = sent
         rows.append(row)
