@@ -1,7 +1,8 @@
 """One rank of the end-to-end benchmark (run.py starts one per network namespace).
 
-Trains gradcomp.testing.TinyTransformer (benchmark size) with DDP over gloo under one hook and
-writes the per-step losses and times as JSON."""
+Trains gradcomp.testing.TinyTransformer (benchmark size) with DDP over gloo under each of the
+given methods in turn (one process start for all) and writes per-step losses, times and
+interface byte counts as JSON."""
 
 import argparse
 import json
@@ -21,8 +22,7 @@ p.add_argument("--world", type=int, required=True)
 p.add_argument("--master", default="127.0.0.1")
 p.add_argument("--port", type=int, default=29611)
 p.add_argument("--ifname", default=None)
-p.add_argument("--spec", required=True)
-p.add_argument("--options", default="{}")
+p.add_argument("--methods", required=True, help='JSON list of [label, spec, options], trained one after another')
 p.add_argument("--steps", type=int, required=True)
 p.add_argument("--out", required=True)
 a = p.parse_args()
@@ -40,7 +40,7 @@ def tx_bytes():  # bytes this rank's interface has sent (inside its network name
         return int(f.read())
 
 
-times, sent = [time.perf_counter()], [tx_bytes()]  # then one entry per step
+times, sent = [], []  # per method: its start, then one entry per step
 
 
 def on_step(step):
@@ -48,10 +48,15 @@ def on_step(step):
     sent.append(tx_bytes())
 
 
-r = testing.train(a.spec, a.steps, options=json.loads(a.options), batch=8, seq=MODEL["seq"],
-                  model_kw={k: v for k, v in MODEL.items() if k != "seq"}, on_step=on_step)
+results = {}
+for label, spec, options in json.loads(a.methods):
+    times, sent = [time.perf_counter()], [tx_bytes()]
+    r = testing.train(spec, a.steps, options=options, batch=8, seq=MODEL["seq"],
+                      model_kw={k: v for k, v in MODEL.items() if k != "seq"}, on_step=on_step)
+    results[label] = {"spec": spec, "options": options, "losses": r["losses"], "step_times": times[1:],
+                      "tx_bytes": sent[1:], "bytes_sent": r["bytes_sent"], "eval": r["eval"],
+                      "params": r["params"].numel()}
 if a.rank == 0:
     with open(a.out, "w") as f:
-        json.dump({"spec": a.spec, "options": json.loads(a.options), "losses": r["losses"], "step_times": times[1:], "tx_bytes": sent[1:],
-                   "bytes_sent": r["bytes_sent"], "eval": r["eval"], "params": r["params"].numel(), "start": times[0]}, f)
+        json.dump(results, f)
 dist.destroy_process_group()

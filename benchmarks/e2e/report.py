@@ -113,7 +113,7 @@ def main():
     doc = os.path.join(ROOT, "docs", "integrations.md")
     with open(doc) as f:
         text = f.read()
-    new = re.sub(r"(<!-- e2e-table:begin -->\n).*?(\n<!-- e2e-table:end -->)", lambda m: m.group(1) + md + m.group(2),
+    new = re.sub(r"(<!-- e2e-table:begin -->\n).*?(<!-- e2e-table:end -->)", lambda m: m.group(1) + md + "\n" + m.group(2),
                  text, flags=re.S)
     with open(doc, "w") as f:
         f.write(new)

@@ -41,17 +41,17 @@ def sh(*cmd, check=True):
     return subprocess.run(cmd, check=check, capture_output=True, text=True)
 
 
-def launch(world, spec, options, steps, out, port, netns):
+def launch(world, methods, steps, out, port, netns):
     procs = []
     for r in range(world):
         cmd = [sys.executable, os.path.join(HERE, "rank.py"), "--rank", str(r), "--world", str(world), "--port", str(port),
-               "--spec", spec, "--options", json.dumps(options), "--steps", str(steps), "--out", out]
+               "--methods", json.dumps(methods), "--steps", str(steps), "--out", out]
         if netns:
             cmd = ["ip", "netns", "exec", f"{NS}-{r}"] + cmd + ["--master", "10.77.0.1", "--ifname", f"gc{r}"]
         procs.append(subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True))
     errs = [p.communicate()[1] for p in procs]
     if any(p.returncode for p in procs):
-        raise RuntimeError(f"{spec}: a rank failed:\n" + "\n".join(e[-3000:] for e in errs if e))
+        raise RuntimeError("a rank failed:\n" + "\n".join(e[-3000:] for e in errs if e))
     with open(out) as f:
         return json.load(f)
 
@@ -99,7 +99,7 @@ def main():
     ap.add_argument("--world", type=int, default=2)
     ap.add_argument("--curve-steps", type=int, default=400)
     ap.add_argument("--timed-steps", type=int, default=32)
-    ap.add_argument("--repeats", type=int, default=3, help="timed runs per rate and method (report takes the fastest)")
+    ap.add_argument("--repeats", type=int, default=2, help="timed runs per rate and method (report takes the fastest)")
     ap.add_argument("--reuse-curves", default=None, help="take step 1 from an earlier results.json")
     ap.add_argument("--rates", default=",".join(RATES))
     ap.add_argument("--only", default=None, help="comma-separated labels of METHODS")
@@ -113,13 +113,13 @@ def main():
     if a.reuse_curves:
         with open(a.reuse_curves) as f:
             res["methods"] = {k: v for k, v in json.load(f)["methods"].items() if k in dict((m[0], 1) for m in methods)}
-    for label, spec, opts in methods if not a.reuse_curves else []:
-        port += 1
+    if not a.reuse_curves:
         t = time.time()
-        r = launch(a.world, spec, opts, a.curve_steps, tmp, port, netns=False)
-        res["methods"][label] = {"spec": spec, "options": opts, "losses": r["losses"], "eval": r["eval"],
-                                 "params": r["params"], "loopback_step_times": r["step_times"], "start": r["start"]}
-        print(f"curve  {label:24s} eval {r['eval']:.4f}  ({time.time() - t:.0f} s)", flush=True)
+        for label, r in launch(a.world, methods, a.curve_steps, tmp, port, netns=False).items():
+            res["methods"][label] = {"spec": r["spec"], "options": r["options"], "losses": r["losses"], "eval": r["eval"],
+                                     "params": r["params"], "loopback_step_times": r["step_times"]}
+            print(f"curve  {label:24s} eval {r['eval']:.4f}", flush=True)
+        print(f"curves: {time.time() - t:.0f} s", flush=True)
     why = netns_available()
     res["netns"] = why or "ok"
     if why:
@@ -132,11 +132,10 @@ def main():
             for rep in range(a.repeats):
                 for rate in a.rates.split(","):
                     shape(a.world, rate, RATES[rate][1])
-                    for label, spec, opts in methods:
-                        port += 1
-                        r = launch(a.world, spec, opts, a.timed_steps, tmp, port, netns=True)
+                    port += 1
+                    for label, r in launch(a.world, methods, a.timed_steps, tmp, port, netns=True).items():
                         res["rates"].setdefault(rate, {}).setdefault(label, []).append(
-                            {"step_times": r["step_times"], "tx_bytes": r.get("tx_bytes")})
+                            {"step_times": r["step_times"], "tx_bytes": r["tx_bytes"]})
                         d = [y - x for x, y in zip(r["step_times"], r["step_times"][1:])][12:]
                         print(f"{rep} {rate:9s} {label:24s} {sorted(d)[len(d) // 2] * 1e3:8.1f} ms/step", flush=True)
         finally:
