@@ -114,7 +114,10 @@ def train(spec: str, steps: int, *, options=None, batch=8, seq=32, optimizer="sg
     model_kw = dict(model_kw or {})
     torch.manual_seed(seed)
     net = TinyTransformer(seq=seq, **model_kw)
-    model = DDP(net)
+    # PowerSGD issues its second and third all-reduce from future callbacks, which gloo runs in
+    # completion order: with several buckets the ranks can issue them in different orders
+    # (a collective mismatch under a slow link). One bucket keeps it correct.
+    model = DDP(net, bucket_cap_mb=1024) if spec == "torch:powersgd" else DDP(net)
     hook_state = register(model, spec, **(options or {}))
     # SGD with momentum (default): the update follows the gradient's scale, so a codec that gets
     # the average wrong shows in the loss (Adam's per-parameter normalisation would hide it).
