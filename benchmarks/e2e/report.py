@@ -1,0 +1,124 @@
+"""Turns benchmarks/e2e/run.py's results into the table in docs/integrations.md (between the
+e2e-table markers) and the plot docs/e2e-bandwidth.png.
+
+Target loss: the 10-step mean loss fp32 reaches at 1/4 of the curve; steps to target: the
+first step at which a method's 10-step mean is at or below it. Time to target: steps to target
+x median step time at that rate. The alpha-beta model (the fallback where namespaces were
+unavailable, and the compress-or-not check where they were) predicts a step as its loopback
+time without a limit plus the bytes its rank sends per step at the link rate."""
+
+import argparse
+import json
+import os
+import re
+
+ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
+RATE_BITS = {"100mbit": 100e6, "1gbit": 1e9, "10gbit": 10e9}  # "unlimited": the model's base
+
+
+def mean10(xs):
+    return [sum(xs[max(0, i - 9):i + 1]) / len(xs[max(0, i - 9):i + 1]) for i in range(len(xs))]
+
+
+def median_step(times, skip=12):  # PowerSGD starts at step 10
+    d = [b - a for a, b in zip(times, times[1:])][skip:]
+    return sorted(d)[len(d) // 2]
+
+
+def bytes_per_step(tx, skip=12):
+    return (tx[-1] - tx[skip]) / (len(tx) - 1 - skip)
+
+
+def analyse(res):
+    m = res["methods"]
+    base = mean10(m["fp32 (DDP all-reduce)"]["losses"])
+    target = base[int(0.25 * len(base)) - 1]
+    rows = []
+    for label, r in m.items():
+        sm = mean10(r["losses"])
+        steps = next((i + 1 for i, v in enumerate(sm) if v <= target), None)
+        row = {"label": label, "eval": r["eval"], "steps": steps, "loop_ms": 1e3 * median_step(r["loopback_step_times"]),
+               "rates": {}}
+        sent = None
+        for rate, rr in res["rates"].items():
+            if label in rr:
+                runs = rr[label] if isinstance(rr[label], list) else [rr[label]]
+                best = min(runs, key=lambda x: median_step(x["step_times"]))  # the least disturbed repeat
+                ms = 1e3 * median_step(best["step_times"])
+                if rate == "unlimited":
+                    row["loop_ms"] = ms  # the same namespaces without a limit
+                    continue
+                sent = bytes_per_step(best["tx_bytes"])
+                row["rates"][rate] = {"ms": ms, "measured": True}
+        row["bytes"] = sent
+        rows.append(row)
+    for row in rows:  # alpha-beta: unlimited (else loopback) step + bytes at the link rate
+        for rate, bits in RATE_BITS.items():
+            model = row["loop_ms"] + (1e3 * 8 * row["bytes"] / bits if row["bytes"] else 0.0)
+            row["rates"].setdefault(rate, {"ms": model, "measured": False})["model_ms"] = model
+    return target, rows
+
+
+def table(res, target, rows):
+    rates = [r for r in RATE_BITS if any(r in row["rates"] for row in rows)]
+    how = "measured in network namespaces" if res["rates"] else f"alpha-beta model ({res['netns']})"
+    out = [f"{res['world']} ranks, {res['cpus']} CPU cores ({res['host']}), model "
+           f"{next(iter(res['methods'].values()))['params']:,} parameters; step times {how}; target loss "
+           f"{target:.3f} (fp32's 10-step mean at 1/4 of the curve).", "",
+           "| method | bytes/step/rank | steps to target | held-out loss | " +
+           " | ".join(f"{r} ms/step (model) | {r} time to target" for r in rates) + " |",
+           "|---|---:|---:|---:|" + "---:|---:|" * len(rates)]
+    for row in rows:
+        cells = [row["label"], f"{row['bytes'] / 1e3:,.0f} kB" if row["bytes"] else "n/a",
+                 str(row["steps"]) if row["steps"] else "not reached", f"{row['eval']:.3f}"]
+        for r in rates:
+            x = row["rates"][r]
+            tt = f"{row['steps'] * x['ms'] / 1e3:.1f} s" if row["steps"] else "-"
+            ms = f"{x['ms']:.0f} ({x['model_ms']:.0f})" if x["measured"] else f"model {x['model_ms']:.0f}"
+            cells += [ms, tt]
+        out.append("| " + " | ".join(cells) + " |")
+    return "\n".join(out)
+
+
+def plot(rows, path):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rates = [r for r in RATE_BITS if r in rows[0]["rates"]]
+    fig, ax = plt.subplots(figsize=(10, 4.5))
+    w = 0.8 / len(rows)
+    for i, row in enumerate(rows):
+        ys = [row["steps"] * row["rates"][r]["ms"] / 1e3 if row["steps"] else 0 for r in rates]
+        ax.bar([j + i * w for j in range(len(rates))], ys, w, label=row["label"])
+    ax.set_xticks([j + 0.4 - w / 2 for j in range(len(rates))], rates)
+    ax.set_ylabel("time to target loss (s)")
+    ax.set_yscale("log")
+    ax.set_title("DDP training time to target under a limited link (2 ranks, gloo)")
+    ax.legend(fontsize=8, ncol=2)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("results", nargs="?", default=os.path.join(ROOT, "build", "e2e", "results.json"))
+    a = ap.parse_args()
+    with open(a.results) as f:
+        res = json.load(f)
+    target, rows = analyse(res)
+    md = table(res, target, rows)
+    print(md)
+    doc = os.path.join(ROOT, "docs", "integrations.md")
+    with open(doc) as f:
+        text = f.read()
+    new = re.sub(r"(<!-- e2e-table:begin -->\n).*?(<!-- e2e-table:end -->)", lambda m: m.group(1) + md + "\n" + m.group(2),
+                 text, flags=re.S)
+    with open(doc, "w") as f:
+        f.write(new)
+    plot(rows, os.path.join(ROOT, "docs", "e2e-bandwidth.png"))
+
+
+if __name__ == "__main__":
+    main()

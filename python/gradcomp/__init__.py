@@ -1,0 +1,26 @@
+"""gradcomp: gradient compression for distributed training.
+
+Compressors by name on torch tensors (or any DLPack / buffer-protocol array), without copies::
+
+    import torch, gradcomp
+    c = gradcomp.Compressor("topk", density=0.01)          # top-k 1%, bf16 values, error feedback
+    g = torch.randn(1 << 20)
+    st = c.make_state(g.numel())
+    out = torch.empty(c.max_payload_bytes(g.numel()), dtype=torch.uint8)
+    n = c.compress(g, st, out)                               # frames in out[:n]
+    s = torch.zeros_like(g); c.accumulate(out[:n], s)        # s += decoded
+
+DDP communication hooks live in gradcomp.ddp (docs/integrations.md).
+"""
+
+from ._core import Compressor, Error, State, codecs
+
+__all__ = ["Compressor", "Error", "State", "codecs", "ddp"]
+
+
+def __getattr__(name):  # gradcomp.ddp imports torch.distributed: load it on first use
+    if name == "ddp":
+        import importlib
+
+        return importlib.import_module(".ddp", __name__)
+    raise AttributeError(name)

@@ -1,0 +1,161 @@
+"""A tiny transformer, a learnable synthetic token task and a DDP training loop, for the tests
+and the end-to-end benchmark (benchmarks/e2e). Everything is seeded: a run depends only on
+(seed, rank, step), so a run resumed from a checkpoint can match an uninterrupted one bit for
+bit."""
+
+from __future__ import annotations
+
+import math
+import os
+import time
+
+import torch
+import torch.distributed as dist
+import torch.nn as nn
+import torch.nn.functional as F
+
+from . import ddp
+
+
+class Block(nn.Module):
+    def __init__(self, d: int, heads: int):
+        super().__init__()
+        self.ln1, self.ln2 = nn.LayerNorm(d), nn.LayerNorm(d)
+        self.attn = nn.MultiheadAttention(d, heads, batch_first=True)
+        self.mlp = nn.Sequential(nn.Linear(d, 4 * d), nn.GELU(), nn.Linear(4 * d, d))
+
+    def forward(self, x, mask):
+        h = self.ln1(x)
+        x = x + self.attn(h, h, h, attn_mask=mask, need_weights=False)[0]
+        return x + self.mlp(self.ln2(x))
+
+
+class TinyTransformer(nn.Module):
+    """A GPT-style decoder: token and position embeddings, pre-norm blocks, LM head."""
+
+    def __init__(self, vocab=64, d=64, heads=4, layers=2, seq=32):
+        super().__init__()
+        self.tok, self.pos = nn.Embedding(vocab, d), nn.Embedding(seq, d)
+        self.blocks = nn.ModuleList(Block(d, heads) for _ in range(layers))
+        self.ln, self.head = nn.LayerNorm(d), nn.Linear(d, vocab, bias=False)
+        # A plain attribute, not a buffer: DDP then has no buffers to broadcast every step.
+        self.mask = torch.triu(torch.full((seq, seq), float("-inf")), 1)
+
+    def forward(self, idx):
+        t = idx.shape[1]
+        x = self.tok(idx) + self.pos(torch.arange(t))
+        for b in self.blocks:
+            x = b(x, self.mask[:t, :t])
+        return self.head(self.ln(x))
+
+
+class MarkovTask:
+    """Token sequences from a fixed random Markov chain: each token has a few likely
+    successors, so the achievable loss (the chain's entropy) is far below log(vocab)."""
+
+    def __init__(self, vocab=64, successors=4, seed=0):
+        g = torch.Generator().manual_seed(seed)
+        probs = torch.zeros(vocab, vocab)
+        for a in range(vocab):
+            nxt = torch.randperm(vocab, generator=g)[:successors]
+            probs[a, nxt] = torch.rand(successors, generator=g) + 0.1
+        self.probs = probs / probs.sum(1, keepdim=True)
+        self.vocab = vocab
+
+    def batch(self, stream: int, batch: int, seq: int):
+        g = torch.Generator().manual_seed(1_000_003 * (stream + 1))
+        x = torch.empty(batch, seq + 1, dtype=torch.long)
+        x[:, 0] = torch.randint(self.vocab, (batch,), generator=g)
+        for t in range(seq):
+            x[:, t + 1] = torch.multinomial(self.probs[x[:, t]], 1, generator=g)[:, 0]
+        return x[:, :-1], x[:, 1:]
+
+
+def register(model, spec: str, **options):
+    """Registers the hook named by spec on a DDP model and returns its state (or None).
+
+    spec: "fp32" (DDP's own all-reduce), "torch:bf16", "torch:fp16", "torch:powersgd"
+    (rank 4 by default, PyTorch's hooks), or the name of a gradcomp codec."""
+    from torch.distributed.algorithms.ddp_comm_hooks import default_hooks, powerSGD_hook
+
+    if spec == "fp32":
+        return None
+    if spec == "torch:bf16":
+        model.register_comm_hook(None, default_hooks.bf16_compress_hook)
+        return None
+    if spec == "torch:fp16":
+        model.register_comm_hook(None, default_hooks.fp16_compress_hook)
+        return None
+    if spec == "torch:powersgd":
+        st = powerSGD_hook.PowerSGDState(process_group=None, matrix_approximation_rank=options.get("rank", 4),
+                                         start_powerSGD_iter=options.get("start_iter", 10), random_seed=0)
+        model.register_comm_hook(st, powerSGD_hook.powerSGD_hook)
+        return st
+    st = ddp.HookState(model, spec, **options)
+    model.register_comm_hook(st, ddp.hook)
+    return st
+
+
+def init_process_group(rank: int, world: int, port: int, threads: int = 1):
+    os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
+    os.environ["MASTER_PORT"] = str(port)
+    torch.set_num_threads(threads)
+    dist.init_process_group("gloo", rank=rank, world_size=world)
+
+
+def train(spec: str, steps: int, *, options=None, batch=8, seq=32, optimizer="sgd", lr=None, seed=0, start=0,
+          resume=None, save_at=None, save_path=None, target_loss=None, model_kw=None, on_step=None):
+    """Trains TinyTransformer with DDP for steps [start, steps) under the process group that is
+    already initialised. resume/save_path: torch.save files holding model, optimizer and hook
+    state. on_step(step): called after each step. Returns dict(losses, eval, seconds, time_to_target, bytes_sent, params)."""
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    rank, world = dist.get_rank(), dist.get_world_size()
+    model_kw = dict(model_kw or {})
+    torch.manual_seed(seed)
+    net = TinyTransformer(seq=seq, **model_kw)
+    # PowerSGD issues its second and third all-reduce from future callbacks, which gloo runs in
+    # completion order: with several buckets the ranks can issue them in different orders
+    # (a collective mismatch under a slow link). One bucket keeps it correct.
+    model = DDP(net, bucket_cap_mb=1024) if spec == "torch:powersgd" else DDP(net)
+    hook_state = register(model, spec, **(options or {}))
+    # SGD with momentum (default): the update follows the gradient's scale, so a codec that gets
+    # the average wrong shows in the loss (Adam's per-parameter normalisation would hide it).
+    if optimizer == "sgd":
+        opt = torch.optim.SGD(model.parameters(), lr=lr or 0.1, momentum=0.9)
+    else:
+        opt = torch.optim.AdamW(model.parameters(), lr=lr or 3e-3, weight_decay=0.0)
+    task = MarkovTask(vocab=net.tok.num_embeddings, seed=seed)
+    if resume is not None:
+        ck = torch.load(resume, weights_only=False)
+        net.load_state_dict(ck["model"])
+        opt.load_state_dict(ck["opt"])
+        if hook_state is not None:
+            hook_state.load_state_dict(ck["hook"])
+    losses, t_target = [], None
+    dist.barrier()
+    t0 = time.perf_counter()
+    for step in range(start, steps):
+        x, y = task.batch(step * 4096 + rank, batch, seq)
+        loss = F.cross_entropy(model(x).flatten(0, 1), y.flatten())
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())
+        if on_step is not None:
+            on_step(step)
+        if target_loss is not None and t_target is None and len(losses) >= 10 and sum(losses[-10:]) / 10 <= target_loss:
+            t_target = time.perf_counter() - t0
+        if save_at is not None and step + 1 == save_at:
+            hook_sd = hook_state.state_dict() if isinstance(hook_state, ddp.HookState) else None  # collective
+            if rank == 0:
+                torch.save({"model": net.state_dict(), "opt": opt.state_dict(), "hook": hook_sd}, save_path)
+            dist.barrier()
+    seconds = time.perf_counter() - t0
+    with torch.no_grad():
+        ex, ey = task.batch(-7, 64, seq)  # held out, the same on every rank
+        ev = F.cross_entropy(net(ex).flatten(0, 1), ey.flatten()).item()
+    flat = torch.cat([p.detach().flatten() for p in net.parameters()])
+    return {"losses": losses, "eval": ev, "seconds": seconds, "time_to_target": t_target,
+            "bytes_sent": getattr(hook_state, "bytes_sent", None), "params": flat,
+            "initial_loss": math.log(net.tok.num_embeddings)}

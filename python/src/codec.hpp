@@ -1,0 +1,222 @@
+#pragma once
+// A type-erased gradcomp compressor for the Python bindings: one `codec` interface, one
+// template `codec_impl<C>` per policy composition, built by name from a registry
+// (registry_*.cpp) with options from a Python dict.
+
+#include <gradcomp/gradcomp.hpp>
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <span>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <type_traits>
+#include <utility>
+#include <variant>
+#include <vector>
+
+namespace gradcomp_py {
+
+namespace gc = gradcomp;
+
+// A failed gradcomp call; the bindings raise it as gradcomp.Error with `.code`.
+struct codec_error : std::runtime_error {
+  gc::errc code;
+  codec_error(gc::errc c, const std::string& what) : std::runtime_error(what), code(c) {}
+};
+const char* errc_name(gc::errc e);
+[[noreturn]] void raise(const gc::status& s);
+inline void check(const gc::status& s) {
+  if (!s) raise(s);
+}
+
+// Option values as the registry sees them (converted from Python by the bindings).
+using option_value = std::variant<bool, long long, double, std::string>;
+using options = std::map<std::string, option_value>;
+
+class codec {
+ public:
+  virtual ~codec() = default;
+  virtual std::uint32_t codec_id() const = 0;
+  virtual bool summable() const = 0;  // a plain summable cast: all-reduce its codes
+  virtual unsigned wire_bits() const = 0;
+  virtual bool error_feedback() const = 0;
+  virtual options effective_options() const = 0;
+  virtual std::size_t max_payload_bytes(std::size_t n, gc::dtype t) const = 0;
+  virtual gc::state make_state(std::size_t n) const = 0;
+  virtual std::size_t compress(const void* grad, std::size_t n, gc::dtype t, gc::state& st, std::span<std::byte> out) const = 0;
+  virtual void decode(std::span<const std::byte> payload, void* out, std::size_t n, gc::dtype t, bool add) const = 0;
+  // Summable casts only: codes = encode(src * scale), and dst (+)= decode(codes).
+  virtual void encode_cast(const float* src, void* codes, std::size_t n, float scale) const = 0;
+  virtual void decode_cast(const void* codes, float* dst, std::size_t n, bool add) const = 0;
+};
+
+// --- Options: each config member that the policy configs have is settable by one name.
+
+[[noreturn]] void bad_option(const std::string& key, const char* why);
+double as_double(const std::string& key, const option_value& v);
+long long as_int(const std::string& key, const option_value& v);
+bool as_bool(const std::string& key, const option_value& v);
+std::string as_string(const std::string& key, const option_value& v);
+gc::quantize::rounding as_rounding(const std::string& key, const option_value& v);
+gc::sparsify::threshold::rule as_rule(const std::string& key, const option_value& v);
+
+// Sets `key` in whichever of the config's parts has the matching member; false if none has.
+template <class Cfg>
+bool set_option(Cfg& c, const std::string& key, const option_value& v) {
+  bool done = false;
+  auto part = [&](auto& p) {
+    using P = std::remove_cvref_t<decltype(p)>;
+    if constexpr (requires { p.density; }) if (key == "density") p.density = as_double(key, v), done = true;
+    if constexpr (requires { p.group; }) if (key == "group") p.group = static_cast<std::size_t>(as_int(key, v)), done = true;
+    if constexpr (requires { p.round; }) if (key == "rounding") p.round = as_rounding(key, v), done = true;
+    if constexpr (requires { p.levels; }) if (key == "levels") p.levels = static_cast<unsigned>(as_int(key, v)), done = true;
+    if constexpr (requires { p.chunk_bytes; })
+      if (key == "chunk_bytes") p.chunk_bytes = static_cast<std::size_t>(as_int(key, v)), done = true;
+    if constexpr (requires { p.scale; }) if (key == "feedback_scale") p.scale = static_cast<float>(as_double(key, v)), done = true;
+    if constexpr (requires { p.estimate; }) {
+      if (key == "estimate") p.estimate = as_rule(key, v), done = true;
+      if (key == "sample_fraction") p.sample_fraction = as_double(key, v), done = true;
+    }
+    (void)sizeof(P);
+  };
+  part(c.partition);
+  part(c.sparsify);
+  part(c.quantize);
+  part(c.feedback);
+  if (key == "seed") c.seed = static_cast<std::uint32_t>(as_int(key, v)), done = true;
+  if (key == "allow_non_finite") c.allow_non_finite = as_bool(key, v), done = true;
+  if (key == "compact_indices") c.compact_indices = as_bool(key, v), done = true;
+  return done;
+}
+
+template <class Cfg>
+options get_options(const Cfg& c) {
+  options o;
+  auto part = [&](const auto& p) {
+    if constexpr (requires { p.density; }) o["density"] = p.density;
+    if constexpr (requires { p.group; }) o["group"] = static_cast<long long>(p.group);
+    if constexpr (requires { p.round; })
+      o["rounding"] = std::string(p.round == gc::quantize::rounding::stochastic ? "stochastic" : "nearest");
+    if constexpr (requires { p.levels; }) o["levels"] = static_cast<long long>(p.levels);
+    if constexpr (requires { p.chunk_bytes; }) o["chunk_bytes"] = static_cast<long long>(p.chunk_bytes);
+    if constexpr (requires { p.scale; }) o["feedback_scale"] = static_cast<double>(p.scale);
+    if constexpr (requires { p.estimate; }) {
+      o["estimate"] = std::string(p.estimate == gc::sparsify::threshold::rule::tagc ? "tagc" : "dgc");
+      o["sample_fraction"] = p.sample_fraction;
+    }
+  };
+  part(c.partition);
+  part(c.sparsify);
+  part(c.quantize);
+  part(c.feedback);
+  o["seed"] = static_cast<long long>(c.seed);
+  o["allow_non_finite"] = c.allow_non_finite;
+  o["compact_indices"] = c.compact_indices;
+  return o;
+}
+
+template <class C>
+class codec_impl final : public codec {
+  using Q = typename C::quantizer;
+  static constexpr bool cast = C::sparsifier::is_dense && std::is_base_of_v<gc::ungrouped_quantizer, Q> &&
+                               Q::summable && Q::meta_bytes == 0;
+
+ public:
+  explicit codec_impl(const typename C::config& cfg) : comp_(cfg) { check(comp_.validate()); }
+
+  std::uint32_t codec_id() const override { return comp_.codec_id(); }
+  bool summable() const override { return cast; }
+  unsigned wire_bits() const override { return Q::bits; }
+  bool error_feedback() const override { return C::feedback::has_state; }
+  options effective_options() const override { return get_options(comp_.get_config()); }
+
+  std::size_t max_payload_bytes(std::size_t n, gc::dtype t) const override {
+    return t == gc::dtype::f32 ? comp_.template max_payload_bytes<float>(n) : comp_.template max_payload_bytes<gc::bf16_t>(n);
+  }
+  gc::state make_state(std::size_t n) const override { return comp_.make_state(n); }
+
+  std::size_t compress(const void* grad, std::size_t n, gc::dtype t, gc::state& st, std::span<std::byte> out) const override {
+    const auto r = t == gc::dtype::f32
+                       ? comp_.template compress<float>(std::span(static_cast<const float*>(grad), n), st, out)
+                       : comp_.template compress<gc::bf16_t>(std::span(static_cast<const gc::bf16_t*>(grad), n), st, out);
+    if (!r) raise(r.error());
+    return *r;
+  }
+  void decode(std::span<const std::byte> payload, void* out, std::size_t n, gc::dtype t, bool add) const override {
+    if (t == gc::dtype::f32) {
+      const std::span o(static_cast<float*>(out), n);
+      check(add ? comp_.template accumulate<float>(payload, o) : comp_.template decompress<float>(payload, o));
+    } else {
+      const std::span o(static_cast<gc::bf16_t*>(out), n);
+      check(add ? comp_.template accumulate<gc::bf16_t>(payload, o) : comp_.template decompress<gc::bf16_t>(payload, o));
+    }
+  }
+
+  void encode_cast(const float* src, void* codes, std::size_t n, float scale) const override {
+    if constexpr (cast) {
+      auto* c = static_cast<typename Q::code_type*>(codes);
+      const typename Q::config qc{};
+      const typename Q::meta m{};
+      for (std::size_t i = 0; i < n; ++i) c[i] = Q::encode(qc, m, src[i] * scale, 0);
+    } else {
+      (void)src, (void)codes, (void)n, (void)scale;
+      raise({gc::errc::invalid_argument, "encode_cast: this codec is not a summable cast"});
+    }
+  }
+  void decode_cast(const void* codes, float* dst, std::size_t n, bool add) const override {
+    if constexpr (cast) {
+      const auto* c = static_cast<const typename Q::code_type*>(codes);
+      const typename Q::config qc{};
+      const typename Q::meta m{};
+      if (add) {
+        for (std::size_t i = 0; i < n; ++i) dst[i] += Q::decode(qc, m, c[i]);
+      } else {
+        for (std::size_t i = 0; i < n; ++i) dst[i] = Q::decode(qc, m, c[i]);
+      }
+    } else {
+      (void)codes, (void)dst, (void)n, (void)add;
+      raise({gc::errc::invalid_argument, "decode_cast: this codec is not a summable cast"});
+    }
+  }
+
+ private:
+  C comp_;
+};
+
+// Builds codec_impl<compressor<chunks, S, Q, F>> from options; F is residual feedback when
+// error_feedback is set, none otherwise.
+template <class S, class Q, class F>
+std::unique_ptr<codec> build(const options& opts) {
+  using C = gc::compressor<gc::partition::chunks, S, Q, F>;
+  typename C::config cfg{};
+  for (const auto& [key, value] : opts) {
+    if (key == "error_feedback") continue;
+    if (!set_option(cfg, key, value)) bad_option(key, "is not an option of this codec");
+  }
+  return std::make_unique<codec_impl<C>>(cfg);
+}
+
+template <class S, class Q>
+std::unique_ptr<codec> build_with_feedback(const options& opts, bool default_feedback) {
+  const auto it = opts.find("error_feedback");
+  const bool ef = it == opts.end() ? default_feedback : as_bool("error_feedback", it->second);
+  return ef ? build<S, Q, gc::feedback::residual>(opts) : build<S, Q, gc::feedback::none>(opts);
+}
+
+using factory = std::function<std::unique_ptr<codec>(const options&)>;
+struct entry {
+  std::string name, description;
+  factory make;
+};
+void add_dense_codecs(std::vector<entry>& out);
+void add_grouped_codecs(std::vector<entry>& out);
+void add_sparse_codecs(std::vector<entry>& out);
+std::unique_ptr<codec> make_codec(const std::string& name, const options& opts);
+const std::vector<entry>& registry();
+
+}  // namespace gradcomp_py

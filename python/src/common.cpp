@@ -1,0 +1,93 @@
+// Errors, option conversions and the codec registry.
+#include <algorithm>
+
+#include "codec.hpp"
+
+namespace gradcomp_py {
+
+const char* errc_name(gc::errc e) {
+  switch (e) {
+    case gc::errc::ok: return "ok";
+    case gc::errc::invalid_argument: return "invalid_argument";
+    case gc::errc::buffer_too_small: return "buffer_too_small";
+    case gc::errc::size_mismatch: return "size_mismatch";
+    case gc::errc::truncated: return "truncated";
+    case gc::errc::bad_magic: return "bad_magic";
+    case gc::errc::unsupported_version: return "unsupported_version";
+    case gc::errc::bad_header: return "bad_header";
+    case gc::errc::codec_mismatch: return "codec_mismatch";
+    case gc::errc::checksum_mismatch: return "checksum_mismatch";
+    case gc::errc::count_too_large: return "count_too_large";
+    case gc::errc::index_out_of_range: return "index_out_of_range";
+    case gc::errc::index_not_ascending: return "index_not_ascending";
+    case gc::errc::non_finite_value: return "non_finite_value";
+    case gc::errc::device_error: return "device_error";
+    case gc::errc::bad_meta: return "bad_meta";
+  }
+  return "unknown";
+}
+
+void raise(const gc::status& s) {
+  throw codec_error(s.code(), std::string(gc::to_string(s.code())) + ": " + s.detail());
+}
+
+void bad_option(const std::string& key, const char* why) {
+  throw codec_error(gc::errc::invalid_argument, "option '" + key + "' " + why);
+}
+
+double as_double(const std::string& key, const option_value& v) {
+  if (const auto* d = std::get_if<double>(&v)) return *d;
+  if (const auto* i = std::get_if<long long>(&v)) return static_cast<double>(*i);
+  bad_option(key, "must be a number");
+}
+long long as_int(const std::string& key, const option_value& v) {
+  if (const auto* i = std::get_if<long long>(&v)) {
+    if (*i < 0) bad_option(key, "must not be negative");
+    return *i;
+  }
+  bad_option(key, "must be an integer");
+}
+bool as_bool(const std::string& key, const option_value& v) {
+  if (const auto* b = std::get_if<bool>(&v)) return *b;
+  bad_option(key, "must be True or False");
+}
+std::string as_string(const std::string& key, const option_value& v) {
+  if (const auto* s = std::get_if<std::string>(&v)) return *s;
+  bad_option(key, "must be a string");
+}
+gc::quantize::rounding as_rounding(const std::string& key, const option_value& v) {
+  const std::string s = as_string(key, v);
+  if (s == "nearest") return gc::quantize::rounding::nearest;
+  if (s == "stochastic") return gc::quantize::rounding::stochastic;
+  bad_option(key, "must be 'nearest' or 'stochastic'");
+}
+gc::sparsify::threshold::rule as_rule(const std::string& key, const option_value& v) {
+  const std::string s = as_string(key, v);
+  if (s == "dgc") return gc::sparsify::threshold::rule::dgc;
+  if (s == "tagc") return gc::sparsify::threshold::rule::tagc;
+  bad_option(key, "must be 'dgc' or 'tagc'");
+}
+
+const std::vector<entry>& registry() {
+  static const std::vector<entry> all = [] {
+    std::vector<entry> r;
+    add_dense_codecs(r);
+    add_grouped_codecs(r);
+    add_sparse_codecs(r);
+    return r;
+  }();
+  return all;
+}
+
+std::unique_ptr<codec> make_codec(const std::string& name, const options& opts) {
+  const auto& r = registry();
+  const auto it = std::find_if(r.begin(), r.end(), [&](const entry& e) { return e.name == name; });
+  if (it == r.end()) {
+    std::string known;
+    for (const entry& e : r) known += (known.empty() ? "" : ", ") + e.name;
+    throw codec_error(gc::errc::invalid_argument, "unknown codec '" + name + "'; known: " + known);
+  }
+  return it->make(opts);
+}
+
+}  // namespace gradcomp_py

@@ -1,0 +1,119 @@
+"""gradcomp._core on torch tensors: no copies, errors as exceptions, state checkpoints."""
+
+import numpy as np
+import pytest
+import torch
+
+import gradcomp
+
+
+def compress(c, g, st=None):
+    st = st or c.make_state(g.numel())
+    out = torch.empty(c.max_payload_bytes(g.numel(), g.dtype), dtype=torch.uint8)
+    return out[: c.compress(g, st, out)], st
+
+
+def test_every_codec_round_trips():
+    g = torch.randn(10_000, generator=torch.Generator().manual_seed(1))
+    for name in gradcomp.codecs():
+        c = gradcomp.Compressor(name)
+        frames, _ = compress(c, g)
+        out = torch.zeros_like(g)
+        c.decompress(frames, out)
+        err = (out - g).norm() / g.norm()
+        # Biased codecs are contractions (top-k 1%: ~0.99); unbiased ones (QSGD, TernGrad,
+        # random-k) may have a larger error, but a bounded one.
+        assert err < 3.0, (name, float(err))
+        if name in ("fp32", "bf16", "fp16", "int8"):
+            assert err < 0.02, (name, float(err))
+
+
+def test_compress_writes_into_the_callers_tensor():
+    c = gradcomp.Compressor("int8")
+    g = torch.randn(4096)
+    out = torch.zeros(c.max_payload_bytes(4096), dtype=torch.uint8)
+    n = c.compress(g, c.make_state(4096), out)
+    assert n > 0 and out[:4].tolist() != [0, 0, 0, 0]  # written in place: the frame's magic
+
+
+def test_accumulate_adds_in_place_and_bf16_gradients_work():
+    c = gradcomp.Compressor("topk", density=0.1)
+    g = torch.randn(1000).to(torch.bfloat16)
+    frames, _ = compress(c, g)
+    s = torch.ones(1000, dtype=torch.bfloat16)
+    ptr = s.data_ptr()
+    c.accumulate(frames, s)
+    assert s.data_ptr() == ptr and int((s != 1).sum()) == 100
+
+
+def test_residual_is_a_view_and_error_feedback_conserves():
+    c = gradcomp.Compressor("topk", density=0.01)
+    g = torch.randn(20_000)
+    frames, st = compress(c, g)
+    sent = torch.zeros_like(g)
+    c.decompress(frames, sent)
+    residual = torch.from_dlpack(st.residual)
+    assert torch.allclose(sent + residual, g, atol=1e-6)
+    residual.zero_()  # a view: the state sees it
+    assert float(np.abs(np.asarray(st.residual)).sum()) == 0.0
+
+
+def test_errors_are_exceptions_with_codes():
+    c = gradcomp.Compressor("topk", density=0.01)
+    frames, _ = compress(c, torch.randn(5000))
+    out = torch.zeros(5000)
+    bad = frames.clone()
+    bad[bad.numel() // 2 + 40] ^= 0xFF  # a value byte (header first; the last bytes may be padding)
+    with pytest.raises(gradcomp.Error) as e:
+        c.accumulate(bad, out)
+    assert e.value.code == "checksum_mismatch" and float(out.abs().sum()) == 0.0  # untouched
+    with pytest.raises(gradcomp.Error) as e:
+        gradcomp.Compressor("int8").accumulate(frames, out)
+    assert e.value.code == "codec_mismatch"
+    with pytest.raises(gradcomp.Error) as e:
+        c.accumulate(frames[:10], out)
+    assert e.value.code == "truncated"
+    with pytest.raises(gradcomp.Error, match="densty"):
+        gradcomp.Compressor("topk", densty=0.1)
+    with pytest.raises(gradcomp.Error, match="unknown codec"):
+        gradcomp.Compressor("zip")
+    with pytest.raises(gradcomp.Error) as e:
+        gradcomp.Compressor("topk", density=2.0)
+    assert e.value.code == "invalid_argument"
+    with pytest.raises(TypeError):
+        c.compress(torch.randn(10, dtype=torch.float64), c.make_state(10), torch.empty(4096, dtype=torch.uint8))
+    with pytest.raises(ValueError, match="contiguous"):
+        c.compress(torch.randn(10, 2).t(), c.make_state(20), torch.empty(4096, dtype=torch.uint8))
+    with pytest.raises(gradcomp.Error) as e:
+        c.compress(torch.randn(10), c.make_state(10), torch.empty(8, dtype=torch.uint8))
+    assert e.value.code == "buffer_too_small"
+
+
+def test_state_checkpoint_round_trip():
+    c = gradcomp.Compressor("threshold", density=0.01)
+    g = torch.randn(50_000)
+    _, st = compress(c, g)
+    _, st = compress(c, g, st)
+    blob = st.checkpoint()
+    other = c.make_state(g.numel())
+    other.restore(blob)
+    assert other.step == 2 and np.array_equal(np.asarray(other.residual), np.asarray(st.residual))
+    assert np.array_equal(np.asarray(other.thresholds), np.asarray(st.thresholds))
+    with pytest.raises(gradcomp.Error) as e:
+        gradcomp.Compressor("topk").make_state(g.numel()).restore(blob)
+    assert e.value.code == "codec_mismatch"
+
+
+def test_summable_casts_use_the_library_conversion():
+    x = torch.randn(1000) * 100
+    bf = gradcomp.Compressor("bf16")
+    assert bf.summable and not gradcomp.Compressor("int8").summable
+    w = torch.empty(1000, dtype=torch.bfloat16)
+    bf.encode_cast(x, w, 0.5)
+    assert torch.equal(w, (x * 0.5).to(torch.bfloat16))  # both round to nearest even
+    back = torch.ones(1000)
+    bf.decode_cast(w, back, add=True)
+    assert torch.equal(back, 1 + w.float())
+    h = torch.empty(1000, dtype=torch.float16)
+    gradcomp.Compressor("fp16").encode_cast(x, h)
+    assert torch.equal(h, x.to(torch.float16))
