@@ -1,0 +1,233 @@
+#pragma once
+// Deterministic, round-synchronous peeling of a count sketch (docs/tagc.md, "Algorithm").
+//
+// Items are the kept positions of the region (set bits of the union bitmap), numbered in
+// ascending element order. Round k: an unpeeled item peels if one of its distinct cells holds
+// exactly one unpeeled item at the start of the round; its value is sign * residual of the
+// first such cell in j order. Only then does every cell subtract sign * value of its items
+// peeled in round k, in ascending item order, and drop them from its count. A round that peels
+// nothing ends the schedule. Which items peel, and when, depends on the bitmap and the geometry
+// only, so the structural peel (no values) and the value peel share peel_run() below.
+//
+// The arithmetic a GPU needs is in the GRADCOMP_HD functions: a kernel over items
+// (singleton_cell, apply_sign) and one over cells walking their items in ascending order
+// (subtract_item) per round give the same bits as the host loop, which visits only the cells
+// whose count reached 1 (the frontier) instead of all of them.
+
+#include <algorithm>
+#include <bit>
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <type_traits>
+
+#include "bitmap.hpp"
+#include "geometry.hpp"
+
+namespace gradcomp::sketch {
+
+// Per-item flags: bits 0-1 the number of distinct cells, bit 2 + k the sign of the k-th.
+GRADCOMP_HD constexpr std::uint8_t item_info(const block_cells& m) {
+  return static_cast<std::uint8_t>(m.distinct | (m.neg << 2));
+}
+GRADCOMP_HD constexpr std::uint32_t info_distinct(std::uint8_t info) { return info & 3u; }
+GRADCOMP_HD constexpr bool info_neg(std::uint8_t info, std::uint32_t k) { return ((info >> (2 + k)) & 1u) != 0; }
+
+// The first of an item's distinct cells, in j order, whose count of unpeeled items is 1 at the
+// start of the round; `distinct` when there is none (the item does not peel this round).
+GRADCOMP_HD inline std::uint32_t singleton_cell(const std::uint32_t* live, const std::uint32_t* cell,
+                                                std::uint32_t distinct) {
+  for (std::uint32_t k = 0; k < distinct; ++k)
+    if (live[cell[k]] == 1) return k;
+  return distinct;
+}
+
+// A cell's residual after removing one peeled item.
+GRADCOMP_HD inline float subtract_item(float residual, bool neg, float value) { return residual - apply_sign(neg, value); }
+
+// Comparisons written out so that NaN handling is the same on every backend.
+GRADCOMP_HD inline float min_of(float a, float b) { return b < a ? b : a; }
+GRADCOMP_HD inline float max_of(float a, float b) { return a < b ? b : a; }
+
+// The estimate of an item that never peels, from its signed residual cells (sign * residual):
+// the median of 3, the mean of 2 computed as (a + b) * 0.5, or the single one.
+GRADCOMP_HD inline float fallback_estimate(const float* signed_residual, std::uint32_t distinct) {
+  const float a = signed_residual[0];
+  if (distinct == 1) return a;
+  const float b = signed_residual[1];
+  if (distinct == 2) return (a + b) * 0.5f;
+  const float c = signed_residual[2];
+  return max_of(min_of(a, b), min_of(max_of(a, b), c));
+}
+
+struct peel_stats {
+  std::uint32_t items = 0;   // kept positions of the region (popcount of the bitmap)
+  std::uint32_t peeled = 0;  // items recovered by peeling (exact up to fp32 rounding)
+  std::uint32_t rounds = 0;  // rounds that peeled at least one item
+};
+
+namespace detail {
+
+constexpr std::size_t align8(std::size_t n) { return (n + 7) / 8 * 8; }
+
+// The peel's workspace, carved from one caller-owned byte span.
+struct peel_arrays {
+  std::uint32_t* elem = nullptr;     // [items] element of item i
+  std::uint32_t* icell = nullptr;    // [3 items] distinct cells of item i, j order
+  std::uint8_t* info = nullptr;      // [items] item_info()
+  std::uint8_t* state = nullptr;     // [items] 0 unpeeled, 1 peeled, 2 peeled in this round
+  float* value = nullptr;            // [items] peeled value
+  std::uint32_t* order = nullptr;    // [items] items in peel order (ascending within a round)
+  std::uint32_t* csr = nullptr;      // [3 items] items of each cell, ascending
+  std::uint32_t* offsets = nullptr;  // [cells + 1] start of each cell's items in csr
+  std::uint32_t* live = nullptr;     // [cells] unpeeled items of each cell
+  std::uint32_t* queue = nullptr;    // [cells] cells in the order their count reached 1
+  float* residual = nullptr;         // [cells]
+};
+
+// Bytes of the layout; with a base pointer, also points `a` into it.
+inline std::size_t peel_layout(std::size_t cells, std::size_t items, std::byte* base, peel_arrays& a) {
+  std::size_t off = 0;
+  const auto take = [&](auto*& p, std::size_t n) {
+    using T = std::remove_reference_t<decltype(*p)>;
+    if (base != nullptr) p = reinterpret_cast<T*>(base + off);
+    off += align8(n * sizeof(T));
+  };
+  take(a.elem, items);
+  take(a.icell, 3 * items);
+  take(a.info, items);
+  take(a.state, items);
+  take(a.value, items);
+  take(a.order, items);
+  take(a.csr, 3 * items);
+  take(a.offsets, cells + 1);
+  take(a.live, cells);
+  take(a.queue, cells);
+  take(a.residual, cells);
+  return off;
+}
+
+// Items, their cells and the per-cell item lists (CSR: count, exclusive scan, fill in
+// ascending item order). Precondition: validated bitmap and geometry, workspace large enough.
+inline std::uint32_t peel_prepare(const geometry& g, std::span<const std::uint32_t> bitmap, const peel_arrays& a) {
+  const std::size_t cells = g.cells();
+  std::fill(a.live, a.live + cells, 0u);
+  std::uint32_t n = 0, cur = 0xffffffffu;
+  std::uint64_t block_end = 0;
+  block_cells m;
+  for (std::size_t w = 0; w < bitmap.size(); ++w) {
+    for (std::uint32_t word = bitmap[w]; word != 0; word &= word - 1) {
+      const auto e = static_cast<std::uint32_t>(32 * w + static_cast<std::uint32_t>(std::countr_zero(word)));
+      if (cur == 0xffffffffu || e >= block_end) {
+        cur = e / g.block;
+        block_end = (std::uint64_t{cur} + 1) * g.block;
+        m = map_block(cur, g.rows);
+      }
+      const std::uint32_t lane = e - cur * g.block;
+      a.elem[n] = e;
+      a.info[n] = item_info(m);
+      a.state[n] = 0;
+      for (std::uint32_t k = 0; k < m.distinct; ++k) {
+        const std::uint32_t c = cell_index(m, k, lane, g.block);
+        a.icell[3 * n + k] = c;
+        ++a.live[c];
+      }
+      ++n;
+    }
+  }
+  a.offsets[0] = 0;
+  for (std::size_t c = 0; c < cells; ++c) a.offsets[c + 1] = a.offsets[c] + a.live[c];
+  std::copy(a.offsets, a.offsets + cells, a.queue);  // the queue is the fill cursor for now
+  for (std::uint32_t i = 0; i < n; ++i)
+    for (std::uint32_t k = 0; k < info_distinct(a.info[i]); ++k) a.csr[a.queue[a.icell[3 * i + k]]++] = i;
+  return n;
+}
+
+// The schedule. With values, a.residual holds the cells and a.value receives the peeled
+// items' values; without, only the peeled set (a.state == 1) and a.order are produced.
+inline peel_stats peel_run(const geometry& g, std::uint32_t items, bool values, const peel_arrays& a) {
+  const std::size_t cells = g.cells();
+  std::size_t head = 0, tail = 0, done = 0;
+  for (std::size_t c = 0; c < cells; ++c)
+    if (a.live[c] == 1) a.queue[tail++] = static_cast<std::uint32_t>(c);
+  peel_stats st{items, 0, 0};
+  while (head < tail) {
+    // Choose: reads the counts and residuals as they were at the start of the round.
+    const std::size_t end = tail, first = done;
+    for (; head < end; ++head) {
+      const std::uint32_t c = a.queue[head];
+      if (a.live[c] != 1) continue;  // reached 1, then 0 within the same round
+      std::uint32_t i = 0;
+      for (std::uint32_t p = a.offsets[c]; p < a.offsets[c + 1]; ++p)
+        if (a.state[a.csr[p]] != 1) {
+          i = a.csr[p];
+          break;
+        }
+      if (a.state[i] == 2) continue;  // already chosen through another cell this round
+      a.state[i] = 2;
+      a.order[done++] = i;
+      if (values) {
+        const std::uint8_t info = a.info[i];
+        const std::uint32_t k = singleton_cell(a.live, a.icell + 3 * i, info_distinct(info));
+        a.value[i] = apply_sign(info_neg(info, k), a.residual[a.icell[3 * i + k]]);
+      }
+    }
+    if (done == first) break;
+    // Subtract: ascending items, so every cell sees its items in ascending order.
+    std::sort(a.order + first, a.order + done);
+    for (std::size_t r = first; r < done; ++r) {
+      const std::uint32_t i = a.order[r];
+      const std::uint8_t info = a.info[i];
+      for (std::uint32_t k = 0; k < info_distinct(info); ++k) {
+        const std::uint32_t c = a.icell[3 * i + k];
+        if (values) a.residual[c] = subtract_item(a.residual[c], info_neg(info, k), a.value[i]);
+        if (--a.live[c] == 1) a.queue[tail++] = c;
+      }
+    }
+    for (std::size_t r = first; r < done; ++r) a.state[a.order[r]] = 1;
+    ++st.rounds;
+  }
+  st.peeled = static_cast<std::uint32_t>(done);
+  return st;
+}
+
+// Checks shared by the structural peel and the decode.
+inline result<std::size_t> check_peel_inputs(const geometry& g, std::span<const std::uint32_t> bitmap,
+                                             std::span<std::byte> workspace) {
+  if (status s = check(g); !s) return s;
+  if (status s = check_bitmap(bitmap, g.count); !s) return s;
+  if (reinterpret_cast<std::uintptr_t>(workspace.data()) % 8 != 0)
+    return status{errc::invalid_argument, "peel workspace must be 8-byte aligned"};
+  const std::size_t items = bitmap_popcount(bitmap);
+  if (3 * items > 0xffffffffu) return status{errc::count_too_large, "too many kept positions for 32-bit cell lists"};
+  peel_arrays none;
+  if (workspace.size() < peel_layout(g.cells(), items, nullptr, none))
+    return status{errc::buffer_too_small, "peel workspace smaller than peel_workspace_bytes(geometry, items)"};
+  return items;
+}
+
+}  // namespace detail
+
+// Workspace of structural_peel() and decode() for a bitmap with `items` set bits.
+inline std::size_t peel_workspace_bytes(const geometry& g, std::size_t items) {
+  detail::peel_arrays none;
+  return detail::peel_layout(g.cells(), items, nullptr, none);
+}
+
+// Which kept positions peel, from the bitmap and the geometry alone: `peelable` (a bitmap of
+// the region) gets the positions the value decode will recover whatever the cells hold.
+inline result<peel_stats> structural_peel(const geometry& g, std::span<const std::uint32_t> bitmap,
+                                          std::span<std::byte> workspace, std::span<std::uint32_t> peelable) {
+  const auto items = detail::check_peel_inputs(g, bitmap, workspace);
+  if (!items) return items.error();
+  if (peelable.size() != bitmap.size()) return status{errc::size_mismatch, "peelable bitmap differs from the bitmap"};
+  detail::peel_arrays a;
+  detail::peel_layout(g.cells(), *items, workspace.data(), a);
+  const std::uint32_t n = detail::peel_prepare(g, bitmap, a);
+  const peel_stats st = detail::peel_run(g, n, false, a);
+  std::fill(peelable.begin(), peelable.end(), 0u);
+  for (std::uint32_t r = 0; r < st.peeled; ++r) peelable[a.elem[a.order[r]] / 32] |= 1u << (a.elem[a.order[r]] % 32);
+  return st;
+}
+
+}  // namespace gradcomp::sketch
