@@ -13,7 +13,6 @@
 // The per-word functions are GRADCOMP_HD (one GPU thread per word); the span functions are the
 // host loops over them.
 
-#include <bit>
 #include <cstddef>
 #include <cstdint>
 #include <span>
@@ -27,7 +26,10 @@ GRADCOMP_HD inline std::uint32_t popcount32(std::uint32_t x) {
 #if GRADCOMP_DEVICE_CODE
   return static_cast<std::uint32_t>(__popc(x));
 #else
-  return static_cast<std::uint32_t>(std::popcount(x));
+  // Bit arithmetic rather than std::popcount, which without -mpopcnt is a library call.
+  x = x - ((x >> 1) & 0x55555555u);
+  x = (x & 0x33333333u) + ((x >> 2) & 0x33333333u);
+  return (((x + (x >> 4)) & 0x0f0f0f0fu) * 0x01010101u) >> 24;
 #endif
 }
 
@@ -46,9 +48,12 @@ GRADCOMP_HD inline bool bitmap_test(const std::uint32_t* words, std::size_t j) {
 template <class Keep>
 GRADCOMP_HD std::uint32_t bitmap_word(const Keep& keep, std::size_t w, std::size_t count) {
   const std::size_t first = 32 * w;
-  const std::size_t n = count - first < 32 ? count - first : 32;
   std::uint32_t word = 0;
-  for (std::size_t t = 0; t < n; ++t) word |= static_cast<std::uint32_t>(keep(first + t) ? 1u : 0u) << t;
+  if (count - first >= 32) {  // a full word: a fixed trip count, which compilers unroll
+    for (std::uint32_t t = 0; t < 32; ++t) word |= static_cast<std::uint32_t>(keep(first + t) ? 1u : 0u) << t;
+  } else {
+    for (std::uint32_t t = 0; first + t < count; ++t) word |= static_cast<std::uint32_t>(keep(first + t) ? 1u : 0u) << t;
+  }
   return word;
 }
 
@@ -107,9 +112,9 @@ struct sum_safe_layout {
 GRADCOMP_HD inline std::uint32_t sum_safe_word(const std::uint32_t* bitmap, std::size_t w, std::size_t count,
                                                const sum_safe_layout& l) {
   const std::size_t first = w * l.per_word;
+  const std::size_t n = count - first < l.per_word ? count - first : l.per_word;
   std::uint32_t word = 0;
-  for (std::uint32_t q = 0; q < l.per_word && first + q < count; ++q)
-    word |= static_cast<std::uint32_t>(bitmap_test(bitmap, first + q) ? 1u : 0u) << (q * l.width);
+  for (std::uint32_t q = 0; q < n; ++q) word |= ((bitmap[(first + q) / 32] >> ((first + q) % 32)) & 1u) << (q * l.width);
   return word;
 }
 
@@ -133,8 +138,16 @@ GRADCOMP_HD inline std::uint32_t union_word_from_sum_safe(const std::uint32_t* s
                                                           const sum_safe_layout& l) {
   const std::size_t first = 32 * w;
   const std::size_t n = count - first < 32 ? count - first : 32;
+  std::size_t src = first / l.per_word;  // the summed word and field of position first + t
+  std::uint32_t q = static_cast<std::uint32_t>(first % l.per_word);
   std::uint32_t word = 0;
-  for (std::size_t t = 0; t < n; ++t) word |= static_cast<std::uint32_t>(l.field(sums, first + t) != 0 ? 1u : 0u) << t;
+  for (std::uint32_t t = 0; t < n; ++t) {
+    word |= static_cast<std::uint32_t>(((sums[src] >> (q * l.width)) & l.field_mask()) != 0 ? 1u : 0u) << t;
+    if (++q == l.per_word) {
+      q = 0;
+      ++src;
+    }
+  }
   return word;
 }
 

@@ -65,26 +65,37 @@ status encode(const geometry& g, std::span<const float> x, std::span<const std::
     acc = reinterpret_cast<float*>(workspace.data());
   }
   std::fill(acc, acc + g.cells(), 0.0f);
-  std::uint32_t cur = 0xffffffffu;
-  std::uint64_t block_end = 0;
-  block_cells m;
-  for (std::size_t w = 0; w < bitmap.size(); ++w) {
-    std::uint32_t word = bitmap[w] & (enter.empty() ? 0xffffffffu : enter[w]);
-    for (; word != 0; word &= word - 1) {
-      const auto e = static_cast<std::uint32_t>(32 * w + static_cast<std::uint32_t>(std::countr_zero(word)));
-      if (cur == 0xffffffffu || e >= block_end) {
-        cur = e / g.block;
-        block_end = (std::uint64_t{cur} + 1) * g.block;
-        m = map_block(cur, g.rows);
+  // Items go through a small batch whose cells are prefetched first: the cells are hit at
+  // random, and the adds themselves stay in ascending element order.
+  struct pending {
+    std::uint32_t cell[3];
+    float v;
+    std::uint32_t neg, distinct;
+  };
+  constexpr std::uint32_t batch_size = 32;
+  pending batch[batch_size];
+  std::uint32_t nb = 0;
+  const auto flush = [&] {
+    for (std::uint32_t p = 0; p < nb; ++p)
+      for (std::uint32_t k = 0; k < batch[p].distinct; ++k) {
+        float& cell = acc[batch[p].cell[k]];
+        cell = cell + apply_sign(((batch[p].neg >> k) & 1u) != 0, batch[p].v);
       }
-      const std::uint32_t lane = e - cur * g.block;
-      const float v = x[e];
-      for (std::uint32_t k = 0; k < m.distinct; ++k) {
-        float& cell = acc[cell_index(m, k, lane, g.block)];
-        cell = cell + apply_sign(((m.neg >> k) & 1u) != 0, v);
-      }
+    nb = 0;
+  };
+  const auto word_at = [&](std::size_t w) { return bitmap[w] & (enter.empty() ? 0xffffffffu : enter[w]); };
+  detail::for_each_item<true>(g, bitmap.size(), word_at, [&](std::uint32_t e, std::uint32_t, std::uint32_t lane, const block_cells& m) {
+    pending& p = batch[nb++];
+    p.v = x[e];
+    p.neg = m.neg;
+    p.distinct = m.distinct;
+    for (std::uint32_t k = 0; k < m.distinct; ++k) {
+      p.cell[k] = cell_index(m, k, lane, g.block);
+      GRADCOMP_PREFETCH(acc + p.cell[k]);
     }
-  }
+    if (nb == batch_size) flush();
+  });
+  flush();
   if constexpr (!std::same_as<Cell, float>)
     for (std::size_t c = 0; c < g.cells(); ++c) cells[c] = bf16_t::from_float(acc[c]);
   return {};
@@ -100,23 +111,34 @@ result<peel_stats> decode(const geometry& g, std::span<const std::uint32_t> bitm
   if (!opt.peeled.empty() && opt.peeled.size() != bitmap.size())
     return status{errc::size_mismatch, "peeled bitmap differs from the bitmap"};
   detail::peel_arrays a;
-  detail::peel_layout(g.cells(), *items, workspace.data(), a);
-  const std::uint32_t n = detail::peel_prepare(g, bitmap, a);
-  for (std::size_t c = 0; c < g.cells(); ++c) a.residual[c] = to_float(cells[c]);
-  const peel_stats st = detail::peel_run(g, n, true, a);
-  std::fill(out.begin(), out.end(), 0.0f);
+  detail::peel_layout(g, *items, workspace.data(), a);
+  detail::peel_prepare(g, bitmap, a);
+  for (std::size_t row = 0; row < g.rows; ++row)  // to the lane-major order of the workspace
+    for (std::size_t t = 0; t < g.block; ++t) a.residual[t * g.rows + row] = to_float(cells[row * g.block + t]);
+  const peel_stats st = detail::peel_run(g, true, a);
+  // The output in element order, a tile at a time: zeros, then the tile's items (item i of lane
+  // t comes next in lane t's list, so lane_next walks the lanes again).
+  std::copy(a.lane_start, a.lane_start + g.block, a.lane_next);
   std::fill(opt.peeled.begin(), opt.peeled.end(), 0u);
-  for (std::uint32_t i = 0; i < n; ++i) {
-    const std::uint8_t info = a.info[i];
-    if (a.state[i] == 1) {
-      out[a.elem[i]] = a.value[i];
-      if (!opt.peeled.empty()) opt.peeled[a.elem[i] / 32] |= 1u << (a.elem[i] % 32);
-    } else if (opt.unpeeled == fallback::median) {
-      float signed_residual[3];
-      for (std::uint32_t k = 0; k < info_distinct(info); ++k)
-        signed_residual[k] = apply_sign(info_neg(info, k), a.residual[a.icell[3 * i + k]]);
-      out[a.elem[i]] = fallback_estimate(signed_residual, info_distinct(info));
-    }
+  constexpr std::size_t tile_words = 128;
+  for (std::size_t w0 = 0; w0 < bitmap.size(); w0 += tile_words) {
+    const std::size_t w1 = std::min(bitmap.size(), w0 + tile_words);
+    std::fill(out.begin() + static_cast<std::ptrdiff_t>(32 * w0),
+              out.begin() + static_cast<std::ptrdiff_t>(std::min<std::size_t>(g.count, 32 * w1)), 0.0f);
+    const auto item = [&](std::uint32_t e, std::uint32_t, std::uint32_t lane, const block_cells&) {
+      const std::uint32_t i = a.lane_next[lane]++;
+      const std::uint8_t info = a.info[i];
+      if (a.state[i] == 1) {
+        out[e] = a.value[i];
+        if (!opt.peeled.empty()) opt.peeled[e / 32] |= 1u << (e % 32);
+      } else if (opt.unpeeled == fallback::median) {
+        float signed_residual[3] = {0.0f, 0.0f, 0.0f};
+        for (std::uint32_t k = 0; k < info_distinct(info); ++k)
+          signed_residual[k] = apply_sign(info_neg(info, k), a.residual[a.icell[3 * i + k]]);
+        out[e] = fallback_estimate(signed_residual, info_distinct(info));
+      }
+    };
+    detail::for_each_item<false>(g, bitmap.subspan(w0, w1 - w0), item, w0);
   }
   return st;
 }

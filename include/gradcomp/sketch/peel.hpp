@@ -12,7 +12,9 @@
 // The arithmetic a GPU needs is in the GRADCOMP_HD functions: a kernel over items
 // (singleton_cell, apply_sign) and one over cells walking their items in ascending order
 // (subtract_item) per round give the same bits as the host loop, which visits only the cells
-// whose count reached 1 (the frontier) instead of all of them.
+// whose count reached 1 (the frontier) instead of all of them. Lane t of every block only ever
+// meets lane t of other blocks, so the B lanes peel independently (the host runs them one after
+// another, each in cache; a GPU may give each lane its own thread block).
 
 #include <algorithm>
 #include <bit>
@@ -70,111 +72,153 @@ namespace detail {
 
 constexpr std::size_t align8(std::size_t n) { return (n + 7) / 8 * 8; }
 
-// The peel's workspace, carved from one caller-owned byte span.
+// Calls f(e, block, lane, map) for every set bit e, in ascending order, of the words
+// word(0), ..., word(nwords - 1), which are the region's bitmap words from `first_word` on; the
+// map of a block is computed once (skipped when hashed is false).
+template <bool hashed, class Words, class F>
+void for_each_item(const geometry& g, std::size_t nwords, const Words& word_at, F&& f, std::size_t first_word = 0) {
+  std::uint32_t cur = 0xffffffffu;
+  std::uint64_t block_end = 0;
+  block_cells m;
+  for (std::size_t w = 0; w < nwords; ++w) {
+    for (std::uint32_t word = word_at(w); word != 0; word &= word - 1) {
+      const auto e = static_cast<std::uint32_t>(32 * (first_word + w) + static_cast<std::uint32_t>(std::countr_zero(word)));
+      if (cur == 0xffffffffu || e >= block_end) {
+        cur = e / g.block;
+        block_end = (std::uint64_t{cur} + 1) * g.block;
+        if constexpr (hashed) m = map_block(cur, g.rows);
+      }
+      f(e, cur, e - cur * g.block, m);
+    }
+  }
+}
+
+template <bool hashed, class F>
+void for_each_item(const geometry& g, std::span<const std::uint32_t> words, F&& f, std::size_t first_word = 0) {
+  for_each_item<hashed>(g, words.size(), [words](std::size_t w) { return words[w]; }, f, first_word);
+}
+
+// The peel's workspace, carved from one caller-owned byte span. Lanes never share a cell, so
+// the sketch is B independent hypergraphs: items are numbered lane by lane (ascending element
+// order within a lane) and cells lane-major (lane * r + row), so that each lane's peel works on
+// contiguous arrays that stay in cache. Lane t owns items [lane_start[t], lane_start[t + 1]),
+// cells [t r, (t + 1) r), csr entries from 3 lane_start[t] and offsets from t r + t.
 struct peel_arrays {
-  std::uint32_t* elem = nullptr;     // [items] element of item i
-  std::uint32_t* icell = nullptr;    // [3 items] distinct cells of item i, j order
-  std::uint8_t* info = nullptr;      // [items] item_info()
-  std::uint8_t* state = nullptr;     // [items] 0 unpeeled, 1 peeled, 2 peeled in this round
-  float* value = nullptr;            // [items] peeled value
-  std::uint32_t* order = nullptr;    // [items] items in peel order (ascending within a round)
-  std::uint32_t* csr = nullptr;      // [3 items] items of each cell, ascending
-  std::uint32_t* offsets = nullptr;  // [cells + 1] start of each cell's items in csr
-  std::uint32_t* live = nullptr;     // [cells] unpeeled items of each cell
-  std::uint32_t* queue = nullptr;    // [cells] cells in the order their count reached 1
-  float* residual = nullptr;         // [cells]
+  std::uint32_t* lane_start = nullptr;  // [B + 1]
+  std::uint32_t* lane_next = nullptr;   // [B] next item of each lane while walking the bitmap
+  std::uint32_t* elem = nullptr;        // [items] element of item i
+  std::uint32_t* icell = nullptr;       // [3 items] lane-major distinct cells of item i, j order
+  std::uint8_t* info = nullptr;         // [items] item_info()
+  std::uint8_t* state = nullptr;        // [items] 0 unpeeled, 1 peeled, 2 peeled in this round
+  float* value = nullptr;               // [items] peeled value
+  std::uint32_t* order = nullptr;       // [items] items in peel order (ascending within a round)
+  std::uint32_t* marks = nullptr;       // [items / 32 + B + 1] items chosen in the round, lane t's from word lane_start[t] / 32 + t
+  std::uint32_t* csr = nullptr;         // [3 items] items of each cell, ascending
+  std::uint32_t* offsets = nullptr;     // [cells + B] start of each cell's items in csr, + an end per lane
+  std::uint32_t* live = nullptr;        // [cells] unpeeled items of each cell
+  std::uint32_t* queue = nullptr;       // [cells] cells in the order their count reached 1
+  float* residual = nullptr;            // [cells]
 };
 
 // Bytes of the layout; with a base pointer, also points `a` into it.
-inline std::size_t peel_layout(std::size_t cells, std::size_t items, std::byte* base, peel_arrays& a) {
+inline std::size_t peel_layout(const geometry& g, std::size_t items, std::byte* base, peel_arrays& a) {
   std::size_t off = 0;
   const auto take = [&](auto*& p, std::size_t n) {
     using T = std::remove_reference_t<decltype(*p)>;
     if (base != nullptr) p = reinterpret_cast<T*>(base + off);
     off += align8(n * sizeof(T));
   };
+  take(a.lane_start, std::size_t{g.block} + 1);
+  take(a.lane_next, g.block);
   take(a.elem, items);
   take(a.icell, 3 * items);
   take(a.info, items);
   take(a.state, items);
   take(a.value, items);
   take(a.order, items);
+  take(a.marks, items / 32 + g.block + 1);
   take(a.csr, 3 * items);
-  take(a.offsets, cells + 1);
-  take(a.live, cells);
-  take(a.queue, cells);
-  take(a.residual, cells);
+  take(a.offsets, g.cells() + g.block);
+  take(a.live, g.cells());
+  take(a.queue, g.cells());
+  take(a.residual, g.cells());
   return off;
 }
 
-// Items, their cells and the per-cell item lists (CSR: count, exclusive scan, fill in
-// ascending item order). Precondition: validated bitmap and geometry, workspace large enough.
+// Items in lane-major order with their lane-major cells. Precondition: validated bitmap and
+// geometry, workspace large enough.
 inline std::uint32_t peel_prepare(const geometry& g, std::span<const std::uint32_t> bitmap, const peel_arrays& a) {
-  const std::size_t cells = g.cells();
-  std::fill(a.live, a.live + cells, 0u);
-  std::uint32_t n = 0, cur = 0xffffffffu;
-  std::uint64_t block_end = 0;
-  block_cells m;
-  for (std::size_t w = 0; w < bitmap.size(); ++w) {
-    for (std::uint32_t word = bitmap[w]; word != 0; word &= word - 1) {
-      const auto e = static_cast<std::uint32_t>(32 * w + static_cast<std::uint32_t>(std::countr_zero(word)));
-      if (cur == 0xffffffffu || e >= block_end) {
-        cur = e / g.block;
-        block_end = (std::uint64_t{cur} + 1) * g.block;
-        m = map_block(cur, g.rows);
-      }
-      const std::uint32_t lane = e - cur * g.block;
-      a.elem[n] = e;
-      a.info[n] = item_info(m);
-      a.state[n] = 0;
-      for (std::uint32_t k = 0; k < m.distinct; ++k) {
-        const std::uint32_t c = cell_index(m, k, lane, g.block);
-        a.icell[3 * n + k] = c;
-        ++a.live[c];
-      }
-      ++n;
-    }
-  }
-  a.offsets[0] = 0;
-  for (std::size_t c = 0; c < cells; ++c) a.offsets[c + 1] = a.offsets[c] + a.live[c];
-  std::copy(a.offsets, a.offsets + cells, a.queue);  // the queue is the fill cursor for now
-  for (std::uint32_t i = 0; i < n; ++i)
-    for (std::uint32_t k = 0; k < info_distinct(a.info[i]); ++k) a.csr[a.queue[a.icell[3 * i + k]]++] = i;
-  return n;
+  std::fill(a.lane_start, a.lane_start + g.block + 1, 0u);
+  for_each_item<false>(g, bitmap, [&](std::uint32_t, std::uint32_t, std::uint32_t lane, const block_cells&) {
+    ++a.lane_start[lane + 1];
+  });
+  for (std::uint32_t t = 0; t < g.block; ++t) a.lane_start[t + 1] += a.lane_start[t];
+  std::copy(a.lane_start, a.lane_start + g.block, a.lane_next);
+  for_each_item<true>(g, bitmap, [&](std::uint32_t e, std::uint32_t, std::uint32_t lane, const block_cells& m) {
+    const std::uint32_t i = a.lane_next[lane]++;
+    a.elem[i] = e;
+    a.info[i] = item_info(m);
+    a.state[i] = 0;
+    for (std::uint32_t k = 0; k < m.distinct; ++k) a.icell[3 * i + k] = lane * g.rows + m.row[k];
+  });
+  return a.lane_start[g.block];
 }
 
-// The schedule. With values, a.residual holds the cells and a.value receives the peeled
-// items' values; without, only the peeled set (a.state == 1) and a.order are produced.
-inline peel_stats peel_run(const geometry& g, std::uint32_t items, bool values, const peel_arrays& a) {
-  const std::size_t cells = g.cells();
-  std::size_t head = 0, tail = 0, done = 0;
-  for (std::size_t c = 0; c < cells; ++c)
+// The schedule of lane t (independent of every other lane). With values, a.residual holds the
+// lane-major cells and a.value receives the peeled items' values.
+inline peel_stats peel_lane(const geometry& g, std::uint32_t t, bool values, const peel_arrays& a) {
+  const std::size_t c0 = std::size_t{t} * g.rows, c1 = c0 + g.rows;
+  const std::uint32_t i0 = a.lane_start[t], i1 = a.lane_start[t + 1];
+  std::uint32_t* off = a.offsets + t;  // off[c] for c in [c0, c1]: this lane's share of offsets
+  // Cell item lists (CSR: count, exclusive scan, fill in ascending item order).
+  std::fill(a.live + c0, a.live + c1, 0u);
+  for (std::uint32_t i = i0; i < i1; ++i)
+    for (std::uint32_t k = 0; k < info_distinct(a.info[i]); ++k) ++a.live[a.icell[3 * i + k]];
+  off[c0] = 3 * i0;
+  for (std::size_t c = c0; c < c1; ++c) off[c + 1] = off[c] + a.live[c];
+  std::copy(off + c0, off + c1, a.queue + c0);  // the queue is the fill cursor for now
+  for (std::uint32_t i = i0; i < i1; ++i)
+    for (std::uint32_t k = 0; k < info_distinct(a.info[i]); ++k) a.csr[a.queue[a.icell[3 * i + k]]++] = i;
+  // Rounds. A cell enters the queue once at most (its count reaches 1 once), so the lane's
+  // queue fits its own cells' slots.
+  std::size_t head = c0, tail = c0, done = i0;
+  for (std::size_t c = c0; c < c1; ++c)
     if (a.live[c] == 1) a.queue[tail++] = static_cast<std::uint32_t>(c);
-  peel_stats st{items, 0, 0};
+  std::uint32_t* marks = a.marks + i0 / 32 + t;
+  std::fill(marks, marks + (i1 - i0 + 31) / 32, 0u);
+  peel_stats st{i1 - i0, 0, 0};
   while (head < tail) {
     // Choose: reads the counts and residuals as they were at the start of the round.
     const std::size_t end = tail, first = done;
+    std::uint32_t lo = 0xffffffffu, hi = 0;  // marked words
     for (; head < end; ++head) {
       const std::uint32_t c = a.queue[head];
       if (a.live[c] != 1) continue;  // reached 1, then 0 within the same round
       std::uint32_t i = 0;
-      for (std::uint32_t p = a.offsets[c]; p < a.offsets[c + 1]; ++p)
+      for (std::uint32_t p = off[c]; p < off[c + 1]; ++p)
         if (a.state[a.csr[p]] != 1) {
           i = a.csr[p];
           break;
         }
       if (a.state[i] == 2) continue;  // already chosen through another cell this round
       a.state[i] = 2;
-      a.order[done++] = i;
+      const std::uint32_t m = (i - i0) / 32;
+      marks[m] |= 1u << ((i - i0) % 32);
+      lo = std::min(lo, m);
+      hi = std::max(hi, m);
       if (values) {
         const std::uint8_t info = a.info[i];
         const std::uint32_t k = singleton_cell(a.live, a.icell + 3 * i, info_distinct(info));
         a.value[i] = apply_sign(info_neg(info, k), a.residual[a.icell[3 * i + k]]);
       }
     }
-    if (done == first) break;
+    if (lo > hi) break;
+    for (std::uint32_t m = lo; m <= hi; ++m) {  // the round's items in ascending order
+      for (std::uint32_t word = marks[m]; word != 0; word &= word - 1)
+        a.order[done++] = i0 + 32 * m + static_cast<std::uint32_t>(std::countr_zero(word));
+      marks[m] = 0;
+    }
     // Subtract: ascending items, so every cell sees its items in ascending order.
-    std::sort(a.order + first, a.order + done);
     for (std::size_t r = first; r < done; ++r) {
       const std::uint32_t i = a.order[r];
       const std::uint8_t info = a.info[i];
@@ -187,8 +231,20 @@ inline peel_stats peel_run(const geometry& g, std::uint32_t items, bool values, 
     for (std::size_t r = first; r < done; ++r) a.state[a.order[r]] = 1;
     ++st.rounds;
   }
-  st.peeled = static_cast<std::uint32_t>(done);
+  st.peeled = static_cast<std::uint32_t>(done - i0);
   return st;
+}
+
+// All lanes; the rounds of the whole region are those of its slowest lane.
+inline peel_stats peel_run(const geometry& g, bool values, const peel_arrays& a) {
+  peel_stats total;
+  for (std::uint32_t t = 0; t < g.block; ++t) {
+    const peel_stats st = peel_lane(g, t, values, a);
+    total.items += st.items;
+    total.peeled += st.peeled;
+    total.rounds = std::max(total.rounds, st.rounds);
+  }
+  return total;
 }
 
 // Checks shared by the structural peel and the decode.
@@ -201,7 +257,7 @@ inline result<std::size_t> check_peel_inputs(const geometry& g, std::span<const 
   const std::size_t items = bitmap_popcount(bitmap);
   if (3 * items > 0xffffffffu) return status{errc::count_too_large, "too many kept positions for 32-bit cell lists"};
   peel_arrays none;
-  if (workspace.size() < peel_layout(g.cells(), items, nullptr, none))
+  if (workspace.size() < peel_layout(g, items, nullptr, none))
     return status{errc::buffer_too_small, "peel workspace smaller than peel_workspace_bytes(geometry, items)"};
   return items;
 }
@@ -211,7 +267,7 @@ inline result<std::size_t> check_peel_inputs(const geometry& g, std::span<const 
 // Workspace of structural_peel() and decode() for a bitmap with `items` set bits.
 inline std::size_t peel_workspace_bytes(const geometry& g, std::size_t items) {
   detail::peel_arrays none;
-  return detail::peel_layout(g.cells(), items, nullptr, none);
+  return detail::peel_layout(g, items, nullptr, none);
 }
 
 // Which kept positions peel, from the bitmap and the geometry alone: `peelable` (a bitmap of
@@ -222,11 +278,12 @@ inline result<peel_stats> structural_peel(const geometry& g, std::span<const std
   if (!items) return items.error();
   if (peelable.size() != bitmap.size()) return status{errc::size_mismatch, "peelable bitmap differs from the bitmap"};
   detail::peel_arrays a;
-  detail::peel_layout(g.cells(), *items, workspace.data(), a);
+  detail::peel_layout(g, *items, workspace.data(), a);
   const std::uint32_t n = detail::peel_prepare(g, bitmap, a);
-  const peel_stats st = detail::peel_run(g, n, false, a);
+  const peel_stats st = detail::peel_run(g, false, a);
   std::fill(peelable.begin(), peelable.end(), 0u);
-  for (std::uint32_t r = 0; r < st.peeled; ++r) peelable[a.elem[a.order[r]] / 32] |= 1u << (a.elem[a.order[r]] % 32);
+  for (std::uint32_t i = 0; i < n; ++i)
+    if (a.state[i] == 1) peelable[a.elem[i] / 32] |= 1u << (a.elem[i] % 32);
   return st;
 }
 

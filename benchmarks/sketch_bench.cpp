@@ -1,0 +1,269 @@
+// TAGC count-sketch pieces on the CPU (Google Benchmark): bitmap build, sum-safe pack and
+// unpack, sketch encode, structural peel and peel decode, at n = 1e7 and 1e8 floats.
+//
+// Setting: W = 4 ranks each keep about 1.25% of the positions (independent random sets, so
+// the union holds about 4.9%); B = 64; r from ratio 10 (TAGC-2), i.e. about 2 cells per kept
+// item; bf16 cells. Counters, as in cpu_bench.cpp:
+//   bytes_per_second  bytes the operation must read plus write, per second (each row says what
+//                     it counts), from the MEDIAN time per call.
+//   memcpy_bps        2 x 4n bytes per memcpy of the 4n-byte fp32 input, timed in the same loop
+//                     (each iteration: an untimed copy, a timed copy, then the operation).
+//   vs_memcpy         bytes_per_second / memcpy_bps.
+//   time_vs_memcpy    time per call / time of one memcpy of the 4n input bytes.
+//   median_ms         median time per call.
+//
+// `gradcomp_sketch_bench --peel_curve` prints instead the peeling success curve (fraction of
+// kept items peeled against sketch cells per kept item) that docs/tagc.md shows.
+
+#include <benchmark/benchmark.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <gradcomp/core/murmur3.hpp>
+#include <gradcomp/sketch/count_sketch.hpp>
+
+namespace {
+
+namespace gs = gradcomp::sketch;
+using clock_type = std::chrono::steady_clock;
+constexpr std::uint32_t world = 4, block = 64;
+constexpr double keep_per_rank = 0.0125;
+constexpr float ratio = 10.0f;
+
+// Rank r keeps j when a hash of (j, r) falls below keep_per_rank: independent sets per rank.
+bool rank_keeps(std::size_t j, std::uint32_t r) {
+  return gradcomp::murmur3_u32(static_cast<std::uint32_t>(j), 100 + r) < static_cast<std::uint32_t>(keep_per_rank * 4294967296.0);
+}
+
+// The data of one size, built once: values in (-1, 1) (|x| >= 0.9875 keeps 1.25%), the
+// ranks' bitmaps, their union, the union's geometry and the sum of the ranks' bf16 sketches.
+struct setup {
+  std::size_t n;
+  std::vector<float> x;
+  std::vector<std::vector<std::uint32_t>> rank_bm;
+  std::vector<std::uint32_t> uni;
+  gs::geometry g;
+  std::vector<gradcomp::bf16_t> cells;
+
+  explicit setup(std::size_t count) : n(count), x(count), rank_bm(world), uni(gs::bitmap_words(count), 0u) {
+    for (std::size_t j = 0; j < n; ++j)
+      x[j] = static_cast<float>(gradcomp::murmur3_u32(static_cast<std::uint32_t>(j), 7)) * 0x1.0p-31f - 1.0f;
+    for (std::uint32_t r = 0; r < world; ++r) {
+      rank_bm[r].assign(uni.size(), 0u);
+      (void)gs::build_bitmap(n, [r](std::size_t j) { return rank_keeps(j, r); }, std::span<std::uint32_t>(rank_bm[r]));
+      (void)gs::bitmap_or(uni, rank_bm[r]);
+    }
+    g = *gs::make_geometry(n, block, ratio);
+    std::vector<std::byte> ws(gs::encode_workspace_bytes<gradcomp::bf16_t>(g));
+    cells.resize(g.cells());
+    (void)gs::encode<gradcomp::bf16_t>(g, x, uni, {}, ws, cells);
+  }
+};
+
+setup& data(std::size_t n) {
+  static std::unique_ptr<setup> current;  // one size in memory at a time
+  if (!current || current->n != n) {
+    current.reset();
+    current = std::make_unique<setup>(n);
+  }
+  return *current;
+}
+
+double seconds_since(clock_type::time_point t0) { return std::chrono::duration<double>(clock_type::now() - t0).count(); }
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v.empty() ? 0.0 : v.size() % 2 ? v[v.size() / 2] : 0.5 * (v[v.size() / 2 - 1] + v[v.size() / 2]);
+}
+
+template <class Op>
+void measure(benchmark::State& st, const setup& d, double bytes_rw, Op&& op) {
+  std::vector<float> dst(d.n);
+  std::vector<double> ours, copy;
+  double total = 0;
+  for (auto _ : st) {
+    std::memcpy(dst.data(), d.x.data(), 4 * d.n);
+    benchmark::ClobberMemory();
+    auto t0 = clock_type::now();
+    std::memcpy(dst.data(), d.x.data(), 4 * d.n);
+    benchmark::ClobberMemory();
+    copy.push_back(seconds_since(t0));
+    t0 = clock_type::now();
+    op();
+    benchmark::ClobberMemory();
+    ours.push_back(seconds_since(t0));
+    st.SetIterationTime(ours.back());
+    total += ours.back();
+  }
+  const double t = median(ours), tc = median(copy);
+  const double bw = bytes_rw / t, copy_bw = 8.0 * static_cast<double>(d.n) / tc;
+  st.counters["bytes_per_second"] = benchmark::Counter(bw * total, benchmark::Counter::kIsRate, benchmark::Counter::kIs1024);
+  st.counters["memcpy_bps"] = benchmark::Counter(copy_bw * total, benchmark::Counter::kIsRate, benchmark::Counter::kIs1024);
+  st.counters["vs_memcpy"] = bw / copy_bw;
+  st.counters["time_vs_memcpy"] = t / tc;
+  st.counters["median_ms"] = 1e3 * t;
+}
+
+// Bitmap of |x| >= 0.9875 (one rank's kept set). Bytes: read 4n, write n / 8.
+void bm_bitmap_build(benchmark::State& st, std::size_t n) {
+  setup& d = data(n);
+  std::vector<std::uint32_t> bm(d.uni.size());
+  measure(st, d, 4.0 * n + n / 8.0, [&] {
+    (void)gs::build_bitmap(n, [&](std::size_t j) { return std::fabs(d.x[j]) >= 0.9875f; }, std::span<std::uint32_t>(bm));
+    benchmark::DoNotOptimize(bm.data());
+  });
+}
+
+// One rank's bitmap to the sum-safe form (W = 4: 3 bits per position) and the summed buffer
+// back to the union. Bytes: n / 8 + 3n / 8 (the 10 fields per word round up the latter).
+void bm_sum_safe(benchmark::State& st, std::size_t n, bool pack) {
+  setup& d = data(n);
+  const auto l = gs::sum_safe_layout::make(world);
+  std::vector<std::uint32_t> sums(l.words(n), 0u), packed(l.words(n)), out(d.uni.size());
+  for (std::uint32_t r = 0; r < world; ++r) {
+    (void)gs::to_sum_safe(d.rank_bm[r], n, world, packed);
+    for (std::size_t w = 0; w < sums.size(); ++w) sums[w] += packed[w];
+  }
+  measure(st, d, 4.0 * (d.uni.size() + sums.size()), [&] {
+    if (pack) {
+      (void)gs::to_sum_safe(d.rank_bm[0], n, world, packed);
+      benchmark::DoNotOptimize(packed.data());
+    } else {
+      (void)gs::union_from_sum_safe(sums, n, world, out);
+      benchmark::DoNotOptimize(out.data());
+    }
+  });
+}
+
+// Encode of the union's positions into bf16 cells. Bytes: the dense input 4n (the kept values
+// are spread over most cache lines), the bitmap n / 8, the cells 2 r B.
+void bm_encode(benchmark::State& st, std::size_t n) {
+  setup& d = data(n);
+  std::vector<std::byte> ws(gs::encode_workspace_bytes<gradcomp::bf16_t>(d.g));
+  std::vector<gradcomp::bf16_t> cells(d.g.cells());
+  measure(st, d, 4.0 * n + n / 8.0 + 2.0 * d.g.cells(), [&] {
+    (void)gs::encode<gradcomp::bf16_t>(d.g, d.x, d.uni, {}, ws, cells);
+    benchmark::DoNotOptimize(cells.data());
+  });
+  st.counters["cells_per_item"] = static_cast<double>(d.g.cells()) / static_cast<double>(gs::bitmap_popcount(d.uni));
+}
+
+// Structural peel (the peelable set) or the full decode of the summed bf16 cells into the
+// dense fp32 output. Bytes: bitmap n / 8 (+ cells 2 r B and the output 4n for the decode).
+void bm_peel(benchmark::State& st, std::size_t n, bool values) {
+  setup& d = data(n);
+  const std::size_t items = gs::bitmap_popcount(d.uni);
+  std::vector<std::byte> ws(gs::peel_workspace_bytes(d.g, items));
+  std::vector<float> out(n);
+  std::vector<std::uint32_t> peelable(d.uni.size());
+  gs::peel_stats stats;
+  const double bytes = n / 8.0 + (values ? 2.0 * d.g.cells() + 4.0 * n : 4.0 * d.uni.size());
+  measure(st, d, bytes, [&] {
+    const auto r = values ? gs::decode<gradcomp::bf16_t>(d.g, d.uni, d.cells, ws, out)
+                          : gs::structural_peel(d.g, d.uni, ws, peelable);
+    if (r) stats = *r;
+    benchmark::DoNotOptimize(out.data());
+  });
+  st.counters["peeled"] = static_cast<double>(stats.peeled) / static_cast<double>(stats.items);
+  st.counters["rounds"] = stats.rounds;
+  st.counters["workspace_MiB"] = static_cast<double>(ws.size()) / 1048576.0;
+}
+
+void bm_memcpy(benchmark::State& st, std::size_t n) {
+  setup& d = data(n);
+  std::vector<float> dst(n);
+  measure(st, d, 8.0 * n, [&] {
+    std::memcpy(dst.data(), d.x.data(), 4 * n);
+    benchmark::DoNotOptimize(dst.data());
+  });
+}
+
+template <class Fn>
+void add(const std::string& name, std::size_t n, Fn&& fn) {
+  benchmark::RegisterBenchmark(name.c_str(), [n, fn](benchmark::State& s) { fn(s, n); })
+      ->UseManualTime()
+      ->Unit(benchmark::kMillisecond)
+      ->Iterations(n > 10000000 ? 5 : 20);
+}
+
+void register_all() {
+  for (std::size_t n : {std::size_t{10000000}, std::size_t{100000000}}) {
+    const std::string sz = n == 10000000 ? "/n:1e7" : "/n:1e8";
+    add("memcpy" + sz, n, bm_memcpy);
+    add("bitmap_build" + sz, n, bm_bitmap_build);
+    add("sum_safe_pack/W:4" + sz, n, [](benchmark::State& s, std::size_t m) { bm_sum_safe(s, m, true); });
+    add("sum_safe_union/W:4" + sz, n, [](benchmark::State& s, std::size_t m) { bm_sum_safe(s, m, false); });
+    add("sketch_encode/bf16" + sz, n, bm_encode);
+    add("structural_peel" + sz, n, [](benchmark::State& s, std::size_t m) { bm_peel(s, m, false); });
+    add("peel_decode/bf16" + sz, n, [](benchmark::State& s, std::size_t m) { bm_peel(s, m, true); });
+  }
+}
+
+// The curve: for each size and B, the union of 4 ranks at 1.25% each (a fresh random set per
+// seed), r = round(cells_per_item * items / B); fraction of items peeled (mean and worst over
+// the seeds), how many seeds peeled everything, and the rounds taken (mean).
+int peel_curve() {
+  const int seeds = 3;
+  std::printf("| n | B | cells/item | peeled (mean) | peeled (worst) | all peeled | rounds |\n");
+  std::printf("|---|---|---|---|---|---|---|\n");
+  for (std::size_t n : {std::size_t{1000000}, std::size_t{10000000}}) {
+    for (std::uint32_t b : {16u, 64u, 256u}) {
+      for (int step = 5; step <= 30; ++step) {
+        const double cpi = step / 10.0;
+        if (step > 20 && step % 5 != 0) continue;
+        double sum = 0, worst = 1, rounds = 0;
+        int all = 0;
+        for (int seed = 0; seed < seeds; ++seed) {
+          std::vector<std::uint32_t> uni(gs::bitmap_words(n), 0u);
+          for (std::uint32_t r = 0; r < world; ++r) {
+            const auto salt = static_cast<std::uint32_t>(1000 * seed + r);
+            for (std::size_t w = 0; w < uni.size(); ++w)
+              uni[w] |= gs::bitmap_word([salt](std::size_t j) { return rank_keeps(j, salt); }, w, n);
+          }
+          const std::size_t items = gs::bitmap_popcount(uni);
+          const auto rows = static_cast<std::uint32_t>(std::lround(cpi * static_cast<double>(items) / b));
+          const gs::geometry g = *gs::make_geometry_rows(n, b, std::max(rows, 1u));
+          std::vector<std::byte> ws(gs::peel_workspace_bytes(g, items));
+          std::vector<std::uint32_t> peelable(uni.size());
+          const auto st = gs::structural_peel(g, uni, ws, peelable);
+          if (!st) return 1;
+          const double rate = static_cast<double>(st->peeled) / static_cast<double>(st->items);
+          sum += rate;
+          worst = std::min(worst, rate);
+          all += st->peeled == st->items ? 1 : 0;
+          rounds += st->rounds;
+        }
+        std::printf("| %s | %u | %.1f | %.4f | %.4f | %d/%d | %.0f |\n", n == 1000000 ? "1e6" : "1e7", b, cpi,
+                    sum / seeds, worst, all, seeds, rounds / seeds);
+      }
+    }
+  }
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  for (int i = 1; i < argc; ++i)
+    if (std::strcmp(argv[i], "--peel_curve") == 0) return peel_curve();
+  std::vector<char*> args(argv, argv + argc);
+  static char tabular[] = "--benchmark_counters_tabular=true";
+  args.insert(args.begin() + 1, tabular);
+  int count = static_cast<int>(args.size());
+  args.push_back(nullptr);
+  benchmark::Initialize(&count, args.data());
+  if (benchmark::ReportUnrecognizedArguments(count, args.data())) return 1;
+  register_all();
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  return 0;
+}
