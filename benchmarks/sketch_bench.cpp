@@ -208,44 +208,56 @@ void register_all() {
   }
 }
 
-// The curve: for each size and B, the union of 4 ranks at 1.25% each (a fresh random set per
-// seed), r = round(cells_per_item * items / B); fraction of items peeled (mean and worst over
-// the seeds), how many seeds peeled everything, and the rounds taken (mean).
+// The curve: for each size n and block B, the union of 4 ranks at 1.25% each (a fresh random
+// set per seed) and r = round(cells_per_item * items / B). Each entry: the fraction of kept
+// items peeled, averaged over the seeds, and how many seeds peeled every item.
 int peel_curve() {
-  const int seeds = 3;
-  std::printf("| n | B | cells/item | peeled (mean) | peeled (worst) | all peeled | rounds |\n");
-  std::printf("|---|---|---|---|---|---|---|\n");
-  for (std::size_t n : {std::size_t{1000000}, std::size_t{10000000}}) {
-    for (std::uint32_t b : {16u, 64u, 256u}) {
-      for (int step = 5; step <= 30; ++step) {
-        const double cpi = step / 10.0;
-        if (step > 20 && step % 5 != 0) continue;
-        double sum = 0, worst = 1, rounds = 0;
-        int all = 0;
-        for (int seed = 0; seed < seeds; ++seed) {
-          std::vector<std::uint32_t> uni(gs::bitmap_words(n), 0u);
-          for (std::uint32_t r = 0; r < world; ++r) {
-            const auto salt = static_cast<std::uint32_t>(1000 * seed + r);
-            for (std::size_t w = 0; w < uni.size(); ++w)
-              uni[w] |= gs::bitmap_word([salt](std::size_t j) { return rank_keeps(j, salt); }, w, n);
-          }
-          const std::size_t items = gs::bitmap_popcount(uni);
-          const auto rows = static_cast<std::uint32_t>(std::lround(cpi * static_cast<double>(items) / b));
-          const gs::geometry g = *gs::make_geometry_rows(n, b, std::max(rows, 1u));
+  constexpr int seeds = 3;
+  const std::size_t sizes[] = {1000000, 10000000};
+  const std::uint32_t blocks[] = {16, 64, 256};
+  const double cpis[] = {0.5, 0.6, 0.7, 0.8, 0.9, 1.0, 1.1, 1.2, 1.22, 1.25, 1.27, 1.3,
+                         1.35, 1.4, 1.5, 1.6, 1.7, 1.8, 2.0, 2.5, 3.0};
+  constexpr std::size_t ncpi = sizeof cpis / sizeof cpis[0];
+  struct entry {
+    double rate = 0;
+    int all = 0;
+  };
+  std::vector<std::vector<entry>> table;  // [column][cpi]
+  for (std::size_t n : sizes) {
+    std::vector<std::vector<entry>> cols(std::size(blocks), std::vector<entry>(ncpi));
+    for (int seed = 0; seed < seeds; ++seed) {
+      std::vector<std::uint32_t> uni(gs::bitmap_words(n), 0u);
+      for (std::uint32_t r = 0; r < world; ++r) {
+        const auto salt = static_cast<std::uint32_t>(1000 * seed + r);
+        for (std::size_t w = 0; w < uni.size(); ++w)
+          uni[w] |= gs::bitmap_word([salt](std::size_t j) { return rank_keeps(j, salt); }, w, n);
+      }
+      const std::size_t items = gs::bitmap_popcount(uni);
+      for (std::size_t b = 0; b < std::size(blocks); ++b) {
+        for (std::size_t k = 0; k < ncpi; ++k) {
+          const auto rows = static_cast<std::uint32_t>(std::lround(cpis[k] * static_cast<double>(items) / blocks[b]));
+          const gs::geometry g = *gs::make_geometry_rows(n, blocks[b], std::max(rows, 1u));
           std::vector<std::byte> ws(gs::peel_workspace_bytes(g, items));
           std::vector<std::uint32_t> peelable(uni.size());
           const auto st = gs::structural_peel(g, uni, ws, peelable);
           if (!st) return 1;
-          const double rate = static_cast<double>(st->peeled) / static_cast<double>(st->items);
-          sum += rate;
-          worst = std::min(worst, rate);
-          all += st->peeled == st->items ? 1 : 0;
-          rounds += st->rounds;
+          cols[b][k].rate += static_cast<double>(st->peeled) / static_cast<double>(st->items) / seeds;
+          cols[b][k].all += st->peeled == st->items ? 1 : 0;
         }
-        std::printf("| %s | %u | %.1f | %.4f | %.4f | %d/%d | %.0f |\n", n == 1000000 ? "1e6" : "1e7", b, cpi,
-                    sum / seeds, worst, all, seeds, rounds / seeds);
       }
     }
+    for (auto& c : cols) table.push_back(std::move(c));
+  }
+  std::printf("| cells/item |");
+  for (std::size_t n : sizes)
+    for (std::uint32_t b : blocks) std::printf(" n=%s B=%u |", n == 1000000 ? "1e6" : "1e7", b);
+  std::printf("\n|---|");
+  for (std::size_t c = 0; c < table.size(); ++c) std::printf("---|");
+  std::printf("\n");
+  for (std::size_t k = 0; k < ncpi; ++k) {
+    std::printf("| %.2f |", cpis[k]);
+    for (const auto& col : table) std::printf(" %.4f (%d/%d) |", col[k].rate, col[k].all, seeds);
+    std::printf("\n");
   }
   return 0;
 }

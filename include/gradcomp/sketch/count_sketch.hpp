@@ -114,7 +114,7 @@ result<peel_stats> decode(const geometry& g, std::span<const std::uint32_t> bitm
   detail::peel_layout(g, *items, workspace.data(), a);
   detail::peel_prepare(g, bitmap, a);
   for (std::size_t row = 0; row < g.rows; ++row)  // to the lane-major order of the workspace
-    for (std::size_t t = 0; t < g.block; ++t) a.residual[t * g.rows + row] = to_float(cells[row * g.block + t]);
+    for (std::size_t t = 0; t < g.block; ++t) a.cell[t * g.rows + row].residual = to_float(cells[row * g.block + t]);
   const peel_stats st = detail::peel_run(g, true, a);
   // The output in element order, a tile at a time: zeros, then the tile's items (item i of lane
   // t comes next in lane t's list, so lane_next walks the lanes again).
@@ -134,7 +134,7 @@ result<peel_stats> decode(const geometry& g, std::span<const std::uint32_t> bitm
       } else if (opt.unpeeled == fallback::median) {
         float signed_residual[3] = {0.0f, 0.0f, 0.0f};
         for (std::uint32_t k = 0; k < info_distinct(info); ++k)
-          signed_residual[k] = apply_sign(info_neg(info, k), a.residual[a.icell[3 * i + k]]);
+          signed_residual[k] = apply_sign(info_neg(info, k), a.cell[a.icell[3 * i + k]].residual);
         out[e] = fallback_estimate(signed_residual, info_distinct(info));
       }
     };

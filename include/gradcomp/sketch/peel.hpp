@@ -12,7 +12,8 @@
 // The arithmetic a GPU needs is in the GRADCOMP_HD functions: a kernel over items
 // (singleton_cell, apply_sign) and one over cells walking their items in ascending order
 // (subtract_item) per round give the same bits as the host loop, which visits only the cells
-// whose count reached 1 (the frontier) instead of all of them. Lane t of every block only ever
+// whose count reached 1 (the frontier) instead of all of them, and finds a cell's last item
+// through the XOR of its unpeeled item numbers instead of a per-cell item list. Lane t of every block only ever
 // meets lane t of other blocks, so the B lanes peel independently (the host runs them one after
 // another, each in cache; a GPU may give each lane its own thread block).
 
@@ -37,10 +38,11 @@ GRADCOMP_HD constexpr bool info_neg(std::uint8_t info, std::uint32_t k) { return
 
 // The first of an item's distinct cells, in j order, whose count of unpeeled items is 1 at the
 // start of the round; `distinct` when there is none (the item does not peel this round).
-GRADCOMP_HD inline std::uint32_t singleton_cell(const std::uint32_t* live, const std::uint32_t* cell,
-                                                std::uint32_t distinct) {
+// live(c): the count of cell c.
+template <class Live>
+GRADCOMP_HD std::uint32_t singleton_cell(const Live& live, const std::uint32_t* cell, std::uint32_t distinct) {
   for (std::uint32_t k = 0; k < distinct; ++k)
-    if (live[cell[k]] == 1) return k;
+    if (live(cell[k]) == 1) return k;
   return distinct;
 }
 
@@ -98,11 +100,19 @@ void for_each_item(const geometry& g, std::span<const std::uint32_t> words, F&& 
   for_each_item<hashed>(g, words.size(), [words](std::size_t w) { return words[w]; }, f, first_word);
 }
 
+// Per cell: its count of unpeeled items, the XOR of their item numbers (when the count is 1,
+// that is the last item: the host needs no per-cell item lists), its residual.
+struct cell_state {
+  std::uint32_t live;
+  std::uint32_t items_xor;
+  float residual;
+};
+
 // The peel's workspace, carved from one caller-owned byte span. Lanes never share a cell, so
 // the sketch is B independent hypergraphs: items are numbered lane by lane (ascending element
 // order within a lane) and cells lane-major (lane * r + row), so that each lane's peel works on
-// contiguous arrays that stay in cache. Lane t owns items [lane_start[t], lane_start[t + 1]),
-// cells [t r, (t + 1) r), csr entries from 3 lane_start[t] and offsets from t r + t.
+// contiguous arrays that stay in cache. Lane t owns items [lane_start[t], lane_start[t + 1])
+// and cells [t r, (t + 1) r).
 struct peel_arrays {
   std::uint32_t* lane_start = nullptr;  // [B + 1]
   std::uint32_t* lane_next = nullptr;   // [B] next item of each lane while walking the bitmap
@@ -113,11 +123,8 @@ struct peel_arrays {
   float* value = nullptr;               // [items] peeled value
   std::uint32_t* order = nullptr;       // [items] items in peel order (ascending within a round)
   std::uint32_t* marks = nullptr;       // [items / 32 + B + 1] items chosen in the round, lane t's from word lane_start[t] / 32 + t
-  std::uint32_t* csr = nullptr;         // [3 items] items of each cell, ascending
-  std::uint32_t* offsets = nullptr;     // [cells + B] start of each cell's items in csr, + an end per lane
-  std::uint32_t* live = nullptr;        // [cells] unpeeled items of each cell
+  cell_state* cell = nullptr;           // [cells]
   std::uint32_t* queue = nullptr;       // [cells] cells in the order their count reached 1
-  float* residual = nullptr;            // [cells]
 };
 
 // Bytes of the layout; with a base pointer, also points `a` into it.
@@ -137,11 +144,8 @@ inline std::size_t peel_layout(const geometry& g, std::size_t items, std::byte* 
   take(a.value, items);
   take(a.order, items);
   take(a.marks, items / 32 + g.block + 1);
-  take(a.csr, 3 * items);
-  take(a.offsets, g.cells() + g.block);
-  take(a.live, g.cells());
+  take(a.cell, g.cells());
   take(a.queue, g.cells());
-  take(a.residual, g.cells());
   return off;
 }
 
@@ -164,42 +168,38 @@ inline std::uint32_t peel_prepare(const geometry& g, std::span<const std::uint32
   return a.lane_start[g.block];
 }
 
-// The schedule of lane t (independent of every other lane). With values, a.residual holds the
-// lane-major cells and a.value receives the peeled items' values.
+// The schedule of lane t (independent of every other lane). With values, the cells' residuals
+// hold the sketch and a.value receives the peeled items' values.
 inline peel_stats peel_lane(const geometry& g, std::uint32_t t, bool values, const peel_arrays& a) {
   const std::size_t c0 = std::size_t{t} * g.rows, c1 = c0 + g.rows;
   const std::uint32_t i0 = a.lane_start[t], i1 = a.lane_start[t + 1];
-  std::uint32_t* off = a.offsets + t;  // off[c] for c in [c0, c1]: this lane's share of offsets
-  // Cell item lists (CSR: count, exclusive scan, fill in ascending item order).
-  std::fill(a.live + c0, a.live + c1, 0u);
+  cell_state* cs = a.cell;
+  for (std::size_t c = c0; c < c1; ++c) {
+    cs[c].live = 0;
+    cs[c].items_xor = 0;
+  }
   for (std::uint32_t i = i0; i < i1; ++i)
-    for (std::uint32_t k = 0; k < info_distinct(a.info[i]); ++k) ++a.live[a.icell[3 * i + k]];
-  off[c0] = 3 * i0;
-  for (std::size_t c = c0; c < c1; ++c) off[c + 1] = off[c] + a.live[c];
-  std::copy(off + c0, off + c1, a.queue + c0);  // the queue is the fill cursor for now
-  for (std::uint32_t i = i0; i < i1; ++i)
-    for (std::uint32_t k = 0; k < info_distinct(a.info[i]); ++k) a.csr[a.queue[a.icell[3 * i + k]]++] = i;
-  // Rounds. A cell enters the queue once at most (its count reaches 1 once), so the lane's
-  // queue fits its own cells' slots.
+    for (std::uint32_t k = 0; k < info_distinct(a.info[i]); ++k) {
+      cell_state& c = cs[a.icell[3 * i + k]];
+      ++c.live;
+      c.items_xor ^= i;
+    }
+  // A cell enters the queue once at most (its count reaches 1 once), so the lane's queue fits
+  // its own cells' slots.
   std::size_t head = c0, tail = c0, done = i0;
   for (std::size_t c = c0; c < c1; ++c)
-    if (a.live[c] == 1) a.queue[tail++] = static_cast<std::uint32_t>(c);
+    if (cs[c].live == 1) a.queue[tail++] = static_cast<std::uint32_t>(c);
   std::uint32_t* marks = a.marks + i0 / 32 + t;
   std::fill(marks, marks + (i1 - i0 + 31) / 32, 0u);
+  const auto live = [cs](std::uint32_t c) { return cs[c].live; };
   peel_stats st{i1 - i0, 0, 0};
   while (head < tail) {
     // Choose: reads the counts and residuals as they were at the start of the round.
-    const std::size_t end = tail, first = done;
     std::uint32_t lo = 0xffffffffu, hi = 0;  // marked words
-    for (; head < end; ++head) {
-      const std::uint32_t c = a.queue[head];
-      if (a.live[c] != 1) continue;  // reached 1, then 0 within the same round
-      std::uint32_t i = 0;
-      for (std::uint32_t p = off[c]; p < off[c + 1]; ++p)
-        if (a.state[a.csr[p]] != 1) {
-          i = a.csr[p];
-          break;
-        }
+    for (const std::size_t end = tail; head < end; ++head) {
+      const cell_state& c = cs[a.queue[head]];
+      if (c.live != 1) continue;  // reached 1, then 0 within the same round
+      const std::uint32_t i = c.items_xor;
       if (a.state[i] == 2) continue;  // already chosen through another cell this round
       a.state[i] = 2;
       const std::uint32_t m = (i - i0) / 32;
@@ -208,11 +208,12 @@ inline peel_stats peel_lane(const geometry& g, std::uint32_t t, bool values, con
       hi = std::max(hi, m);
       if (values) {
         const std::uint8_t info = a.info[i];
-        const std::uint32_t k = singleton_cell(a.live, a.icell + 3 * i, info_distinct(info));
-        a.value[i] = apply_sign(info_neg(info, k), a.residual[a.icell[3 * i + k]]);
+        const std::uint32_t k = singleton_cell(live, a.icell + 3 * i, info_distinct(info));
+        a.value[i] = apply_sign(info_neg(info, k), cs[a.icell[3 * i + k]].residual);
       }
     }
     if (lo > hi) break;
+    const std::size_t first = done;
     for (std::uint32_t m = lo; m <= hi; ++m) {  // the round's items in ascending order
       for (std::uint32_t word = marks[m]; word != 0; word &= word - 1)
         a.order[done++] = i0 + 32 * m + static_cast<std::uint32_t>(std::countr_zero(word));
@@ -223,12 +224,14 @@ inline peel_stats peel_lane(const geometry& g, std::uint32_t t, bool values, con
       const std::uint32_t i = a.order[r];
       const std::uint8_t info = a.info[i];
       for (std::uint32_t k = 0; k < info_distinct(info); ++k) {
-        const std::uint32_t c = a.icell[3 * i + k];
-        if (values) a.residual[c] = subtract_item(a.residual[c], info_neg(info, k), a.value[i]);
-        if (--a.live[c] == 1) a.queue[tail++] = c;
+        const std::uint32_t ci = a.icell[3 * i + k];
+        cell_state& c = cs[ci];
+        if (values) c.residual = subtract_item(c.residual, info_neg(info, k), a.value[i]);
+        c.items_xor ^= i;
+        if (--c.live == 1) a.queue[tail++] = ci;
       }
+      a.state[i] = 1;
     }
-    for (std::size_t r = first; r < done; ++r) a.state[a.order[r]] = 1;
     ++st.rounds;
   }
   st.peeled = static_cast<std::uint32_t>(done - i0);
@@ -255,7 +258,6 @@ inline result<std::size_t> check_peel_inputs(const geometry& g, std::span<const 
   if (reinterpret_cast<std::uintptr_t>(workspace.data()) % 8 != 0)
     return status{errc::invalid_argument, "peel workspace must be 8-byte aligned"};
   const std::size_t items = bitmap_popcount(bitmap);
-  if (3 * items > 0xffffffffu) return status{errc::count_too_large, "too many kept positions for 32-bit cell lists"};
   peel_arrays none;
   if (workspace.size() < peel_layout(g, items, nullptr, none))
     return status{errc::buffer_too_small, "peel workspace smaller than peel_workspace_bytes(geometry, items)"};
