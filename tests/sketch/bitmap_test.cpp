@@ -88,6 +88,26 @@ TEST_CASE("sketch bitmap: sum-safe packing summed by the transport is the exact 
   }
 }
 
+TEST_CASE("sketch bitmap: the host loops equal the per-word (device) functions") {
+  for (std::uint32_t world : {1u, 2u, 3u, 4u, 5u, 7u, 8u, 16u, 31u, 32u, 33u, 64u, 100u, 0xffffffffu}) {
+    for (std::size_t count : {0u, 1u, 31u, 32u, 33u, 999u, 1024u, 4099u}) {
+      const auto l = gs::sum_safe_layout::make(world);
+      const auto bm = random_bitmap(count, 0.3, world + count);
+      std::vector<std::uint32_t> packed(l.words(count)), uni(gs::bitmap_words(count));
+      REQUIRE(gs::to_sum_safe(bm, count, world, packed).ok());
+      bool same = true;
+      for (std::size_t w = 0; w < packed.size(); ++w) {
+        same = same && packed[w] == gs::sum_safe_word(bm.data(), w, count, l);
+        same = same && gs::check_sum_safe_word(packed[w], w, count, l) == errc::ok;
+      }
+      REQUIRE(gs::union_from_sum_safe(packed, count, world, uni).ok());
+      for (std::size_t w = 0; w < uni.size(); ++w) same = same && uni[w] == gs::union_word_from_sum_safe(packed.data(), w, count, l);
+      CHECK(same);
+      CHECK(uni == bm);
+    }
+  }
+}
+
 TEST_CASE("sketch bitmap: malformed sum-safe buffers are rejected, output untouched") {
   const std::uint32_t world = 4;  // 3-bit fields, 10 per word, bits 30-31 padding
   const std::size_t count = 25;   // 3 words; fields 5..9 of word 2 lie past count

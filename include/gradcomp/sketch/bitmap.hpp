@@ -125,12 +125,13 @@ GRADCOMP_HD inline errc check_sum_safe_word(std::uint32_t word, std::size_t w, s
   const std::uint32_t used = l.per_word * l.width;
   if (used < 32 && (word >> used) != 0) return errc::bad_meta;
   const std::size_t first = w * l.per_word;
+  bool over = false, past = false;
   for (std::uint32_t q = 0; q < l.per_word; ++q) {
     const std::uint32_t f = (word >> (q * l.width)) & l.field_mask();
-    if (f > l.world) return errc::count_too_large;
-    if (f != 0 && first + q >= count) return errc::index_out_of_range;
+    over = over || f > l.world;
+    past = past || (f != 0 && first + q >= count);
   }
-  return errc::ok;
+  return over ? errc::count_too_large : past ? errc::index_out_of_range : errc::ok;
 }
 
 // Word w of the 1-bit union bitmap decoded from a (checked) summed buffer.
@@ -151,13 +152,30 @@ GRADCOMP_HD inline std::uint32_t union_word_from_sum_safe(const std::uint32_t* s
   return word;
 }
 
+// The host loops stream the bits (a 64-bit buffer between the two packings) instead of
+// computing each word on its own; the tests hold them to the per-word functions above.
 inline status to_sum_safe(std::span<const std::uint32_t> bitmap, std::size_t count, std::uint32_t world,
                           std::span<std::uint32_t> out) {
   if (world == 0) return {errc::invalid_argument, "sum-safe bitmap needs a world size >= 1"};
   if (status s = check_bitmap(bitmap, count); !s) return s;
   const auto l = sum_safe_layout::make(world);
   if (out.size() != l.words(count)) return {errc::size_mismatch, "sum-safe words differ from sum_safe_layout::words"};
-  for (std::size_t w = 0; w < out.size(); ++w) out[w] = sum_safe_word(bitmap.data(), w, count, l);
+  std::uint64_t buf = 0;
+  std::uint32_t nbits = 0;
+  std::size_t next = 0;
+  const std::uint64_t take = (std::uint64_t{1} << l.per_word) - 1;
+  for (std::size_t w = 0; w < out.size(); ++w) {
+    if (nbits < l.per_word && next < bitmap.size()) {
+      buf |= std::uint64_t{bitmap[next++]} << nbits;
+      nbits += 32;
+    }
+    const auto bits = static_cast<std::uint32_t>(buf & take);  // past the bitmap's end: zeros
+    buf >>= l.per_word;
+    nbits = nbits > l.per_word ? nbits - l.per_word : 0;
+    std::uint32_t word = 0;
+    for (std::uint32_t q = 0; q < l.per_word; ++q) word |= ((bits >> q) & 1u) << (q * l.width);
+    out[w] = word;
+  }
   return {};
 }
 
@@ -176,7 +194,21 @@ inline status union_from_sum_safe(std::span<const std::uint32_t> sums, std::size
       default: return {errc::index_out_of_range, "sum-safe field set past the region's element count"};
     }
   }
-  for (std::size_t w = 0; w < bitmap.size(); ++w) bitmap[w] = union_word_from_sum_safe(sums.data(), w, count, l);
+  std::uint64_t buf = 0;
+  std::uint32_t nbits = 0;
+  std::size_t next = 0;
+  for (const std::uint32_t word : sums) {
+    std::uint32_t bits = 0;
+    for (std::uint32_t q = 0; q < l.per_word; ++q) bits |= (((word >> (q * l.width)) & l.field_mask()) != 0 ? 1u : 0u) << q;
+    buf |= std::uint64_t{bits} << nbits;
+    nbits += l.per_word;
+    if (nbits >= 32 && next < bitmap.size()) {
+      bitmap[next++] = static_cast<std::uint32_t>(buf);
+      buf >>= 32;
+      nbits -= 32;
+    }
+  }
+  if (next < bitmap.size()) bitmap[next++] = static_cast<std::uint32_t>(buf);  // the last, partial word
   return {};
 }
 
