@@ -25,6 +25,7 @@ TEST_CASE("sketch bitmap: build, test, popcount, tail bits") {
       expect += keep(j) ? 1 : 0;
     }
     CHECK(gs::bitmap_popcount(bm) == expect);
+    for (std::size_t w = 0; w < bm.size(); ++w) CHECK(bm[w] == gs::bitmap_word(keep, w, count));  // the device form
     CHECK(gs::check_bitmap(bm, count).ok());
     if (count % 32 != 0) {
       bm.back() |= 1u << 31;  // a position past count

@@ -184,6 +184,27 @@ TEST_CASE("sketch peel: bit-identical to the plain round-synchronous schedule") 
   }
 }
 
+TEST_CASE("sketch peel: per-item math (singleton cell, fallback, signs)") {
+  const std::uint32_t live[5] = {2, 1, 0, 1, 3};
+  const std::uint32_t cells[3] = {0, 3, 1};
+  CHECK(gs::singleton_cell(live, cells, 3) == 1);  // cells 3 and 1 hold one item: the first in j order
+  CHECK(gs::singleton_cell([&](std::uint32_t c) { return live[c]; }, cells, 1) == 1);  // none among 1 cell
+  const std::uint32_t none[2] = {0, 4};
+  CHECK(gs::singleton_cell(live, none, 2) == 2);
+  const float v3[3] = {5.0f, -1.0f, 2.0f}, v2[2] = {3.0f, 4.0f}, v1[1] = {-6.0f};
+  CHECK(gs::fallback_estimate(v3, 3) == 2.0f);
+  CHECK(gs::fallback_estimate(v2, 2) == 3.5f);
+  CHECK(gs::fallback_estimate(v1, 1) == -6.0f);
+  CHECK(gs::subtract_item(1.0f, true, 2.0f) == 3.0f);
+  CHECK(gs::subtract_item(1.0f, false, 2.0f) == -1.0f);
+  const auto m = gs::map_block(1000, 97);
+  const std::uint8_t info = gs::item_info(m);
+  CHECK(gs::info_distinct(info) == 3);
+  CHECK(gs::info_neg(info, 0));
+  CHECK_FALSE(gs::info_neg(info, 1));
+  CHECK(gs::info_neg(info, 2));
+}
+
 TEST_CASE("sketch peel: unpeelable items get the median, mean or single signed cell") {
   for (std::uint32_t distinct : {3u, 2u, 1u}) {
     const stuck s = make_stuck(distinct);

@@ -44,7 +44,8 @@ GRADCOMP_HD inline bool bitmap_test(const std::uint32_t* words, std::size_t j) {
   return ((words[j / 32] >> (j % 32)) & 1u) != 0;
 }
 
-// Word w of the bitmap of keep(j) over j < count (keep: any callable j -> bool).
+// Word w of the bitmap of keep(j) over j < count (keep: a callable j -> bool; in device code a
+// functor with a __device__ call operator).
 template <class Keep>
 GRADCOMP_HD std::uint32_t bitmap_word(const Keep& keep, std::size_t w, std::size_t count) {
   const std::size_t first = 32 * w;
@@ -59,10 +60,20 @@ GRADCOMP_HD std::uint32_t bitmap_word(const Keep& keep, std::size_t w, std::size
 
 // --- Host loops over caller-owned spans ----------------------------------------------------
 
+// The same words as bitmap_word, in a host loop (so that keep may be a host lambda under nvcc).
 template <class Keep>
 status build_bitmap(std::size_t count, const Keep& keep, std::span<std::uint32_t> out) {
   if (out.size() != bitmap_words(count)) return {errc::size_mismatch, "bitmap words differ from ceil(count / 32)"};
-  for (std::size_t w = 0; w < out.size(); ++w) out[w] = bitmap_word(keep, w, count);
+  for (std::size_t w = 0; w + 1 < out.size(); ++w) {
+    std::uint32_t word = 0;
+    for (std::uint32_t t = 0; t < 32; ++t) word |= static_cast<std::uint32_t>(keep(32 * w + t) ? 1u : 0u) << t;
+    out[w] = word;
+  }
+  if (!out.empty()) {
+    std::uint32_t word = 0;
+    for (std::size_t j = 32 * (out.size() - 1); j < count; ++j) word |= static_cast<std::uint32_t>(keep(j) ? 1u : 0u) << (j % 32);
+    out.back() = word;
+  }
   return {};
 }
 

@@ -1,20 +1,20 @@
 #pragma once
 // Deterministic, round-synchronous peeling of a count sketch (docs/tagc.md, "Algorithm").
 //
-// Items are the kept positions of the region (set bits of the union bitmap), numbered in
-// ascending element order. Round k: an unpeeled item peels if one of its distinct cells holds
-// exactly one unpeeled item at the start of the round; its value is sign * residual of the
-// first such cell in j order. Only then does every cell subtract sign * value of its items
-// peeled in round k, in ascending item order, and drop them from its count. A round that peels
-// nothing ends the schedule. Which items peel, and when, depends on the bitmap and the geometry
-// only, so the structural peel (no values) and the value peel share peel_run() below.
+// Items are the kept positions of the region (set bits of the union bitmap). Round k: an
+// unpeeled item peels if one of its distinct cells holds exactly one unpeeled item at the
+// start of the round; its value is sign * residual of the first such cell in j order. Only
+// then does every cell subtract sign * value of its items peeled in round k, in ascending
+// element order, and drop them from its count. A round that peels nothing ends the schedule.
+// Which items peel, and when, depends on the bitmap and the geometry only, so the structural
+// peel (no values) and the value peel share peel_lane() below.
 //
 // The arithmetic a GPU needs is in the GRADCOMP_HD functions: a kernel over items
-// (singleton_cell, apply_sign) and one over cells walking their items in ascending order
-// (subtract_item) per round give the same bits as the host loop, which visits only the cells
-// whose count reached 1 (the frontier) instead of all of them, and finds a cell's last item
-// through the XOR of its unpeeled item numbers instead of a per-cell item list. Lane t of every block only ever
-// meets lane t of other blocks, so the B lanes peel independently (the host runs them one after
+// (singleton_cell, apply_sign) and one over cells walking their items in ascending element
+// order (subtract_item) per round give the same bits as the host loop. The host visits only
+// the cells whose count reached 1 (the frontier) and finds a cell's last item as the XOR of
+// its unpeeled item numbers, without per-cell item lists. Lane t of a block only ever meets
+// lane t of other blocks, so the B lanes peel independently (the host runs them one after
 // another, each in cache; a GPU may give each lane its own thread block).
 
 #include <algorithm>
@@ -38,11 +38,18 @@ GRADCOMP_HD constexpr bool info_neg(std::uint8_t info, std::uint32_t k) { return
 
 // The first of an item's distinct cells, in j order, whose count of unpeeled items is 1 at the
 // start of the round; `distinct` when there is none (the item does not peel this round).
-// live(c): the count of cell c.
+// live: the cells' counts, as a pointer or array (live[c]) or a functor (live(c)).
 template <class Live>
 GRADCOMP_HD std::uint32_t singleton_cell(const Live& live, const std::uint32_t* cell, std::uint32_t distinct) {
-  for (std::uint32_t k = 0; k < distinct; ++k)
-    if (live(cell[k]) == 1) return k;
+  for (std::uint32_t k = 0; k < distinct; ++k) {
+    std::uint32_t n = 0;
+    if constexpr (std::is_pointer_v<Live> || std::is_array_v<Live>) {
+      n = live[cell[k]];
+    } else {
+      n = live(cell[k]);
+    }
+    if (n == 1) return k;
+  }
   return distinct;
 }
 
@@ -106,6 +113,13 @@ struct cell_state {
   std::uint32_t live;
   std::uint32_t items_xor;
   float residual;
+};
+
+// singleton_cell's view of the counts (a functor: nvcc does not let a host lambda into an HD
+// template).
+struct cell_count {
+  const cell_state* cs;
+  GRADCOMP_HD std::uint32_t operator()(std::uint32_t c) const { return cs[c].live; }
 };
 
 // The peel's workspace, carved from one caller-owned byte span. Lanes never share a cell, so
@@ -191,7 +205,7 @@ inline peel_stats peel_lane(const geometry& g, std::uint32_t t, bool values, con
     if (cs[c].live == 1) a.queue[tail++] = static_cast<std::uint32_t>(c);
   std::uint32_t* marks = a.marks + i0 / 32 + t;
   std::fill(marks, marks + (i1 - i0 + 31) / 32, 0u);
-  const auto live = [cs](std::uint32_t c) { return cs[c].live; };
+  const cell_count live{cs};
   peel_stats st{i1 - i0, 0, 0};
   while (head < tail) {
     // Choose: reads the counts and residuals as they were at the start of the round.
