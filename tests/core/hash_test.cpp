@@ -104,26 +104,4 @@ TEST_CASE("crc32c known answer, hardware equals table, combine") {
 }
 
 #if GRADCOMP_HAVE_X86_CRC
-TEST_CASE("crc32c: the PCLMULQDQ folding path equals the table, for every length up to 1100 and any start") {
-  if (!__builtin_cpu_supports("pclmul") || !__builtin_cpu_supports("sse4.2")) {
-    MESSAGE("no PCLMULQDQ on this CPU: the folding path is not run");
-    return;
-  }
-  CHECK(detail::crc32c_x_pow(8) == detail::crc32c_x_pow_8n(1));
-  CHECK(detail::crc32c_x_pow(8 * 1000003) == detail::crc32c_x_pow_8n(1000003));
-  const auto data = test::random_bytes(1200, 11);
-  std::uint32_t start = 0x12345678u;
-  for (std::size_t size = 0; size <= 1100; ++size) {
-    for (std::size_t offset : {0u, 5u}) {
-      start = start * 1664525u + 1013904223u;
-      const auto* p = reinterpret_cast<const unsigned char*>(data.data()) + offset;
-      CAPTURE(size);
-      CAPTURE(offset);
-      REQUIRE(detail::crc32c_update_pclmul(start, p, size) == detail::crc32c_update_table(start, p, size));
-    }
-  }
-  const auto large = test::random_bytes(1 << 20, 12);
-  const auto* p = reinterpret_cast<const unsigned char*>(large.data());
-  CHECK(detail::crc32c_update_pclmul(~0u, p, large.size()) == detail::crc32c_update_table(~0u, p, large.size()));
-}
 #endif

@@ -1,8 +1,10 @@
-// random16_fill (the host batch form, with its AVX2 version where the CPU has one) gives
-// exactly random16_at's numbers, for both versions, any length and counters whose low word
-// wraps inside a batch.
+// random16_fill (the host batch form, compiled into each CPU version of the loops that call
+// it) gives exactly random16_at's numbers, in every version, for any length and counters whose
+// low word wraps inside a batch.
 #include <gradcomp/core/philox.hpp>
 #include <gradcomp/cpu/dispatch.hpp>
+
+#include "support/isa.hpp"
 
 #include <doctest/doctest.h>
 
@@ -13,14 +15,11 @@ using namespace gradcomp;
 
 namespace {
 
-// Sets cpu::avx2_allowed() for a scope and restores it, even when a REQUIRE fails.
-struct avx2_scope {
-  bool saved = cpu::avx2_allowed().load();
-  explicit avx2_scope(bool allowed) { cpu::avx2_allowed() = allowed; }
-  ~avx2_scope() { cpu::avx2_allowed() = saved; }
-  avx2_scope(const avx2_scope&) = delete;
-  avx2_scope& operator=(const avx2_scope&) = delete;
-};
+// random16_fill as the CPU version run_best() picks compiles it.
+void fill(std::uint32_t* out, std::uint64_t m0, std::size_t n, std::uint32_t seed, std::uint64_t step, std::uint32_t chunk,
+          random_stream stream) {
+  cpu::run_best([&]() GRADCOMP_LOOP_BODY { random16_fill(out, m0, n, seed, step, chunk, stream); });
+}
 
 constexpr std::uint32_t sentinel = 0x5a5a5a5au;
 
@@ -30,7 +29,7 @@ void check_fill(std::uint64_t m0, std::size_t n, std::uint32_t seed, std::uint64
                 random_stream stream) {
   const std::size_t room = (n + 63) / 64 * 64;
   std::vector<std::uint32_t> out(room + 64, sentinel);
-  random16_fill(out.data(), m0, n, seed, step, chunk, stream);
+  fill(out.data(), m0, n, seed, step, chunk, stream);
   std::size_t wrong = 0, first_wrong = n;
   for (std::size_t i = 0; i < n; ++i) {
     if (out[i] != random16_at(seed, step, chunk, stream, m0 + i)) {
@@ -42,7 +41,7 @@ void check_fill(std::uint64_t m0, std::size_t n, std::uint32_t seed, std::uint64
   for (std::size_t i = room; i < out.size(); ++i) overrun += out[i] != sentinel;
   INFO("m0 = " << m0 << ", n = " << n << ", seed = " << seed << ", step = " << step << ", chunk = " << chunk
                << ", stream = " << static_cast<std::uint32_t>(stream)
-               << ", avx2 allowed = " << cpu::avx2_allowed().load() << ", first wrong index = " << first_wrong);
+               << ", version = " << static_cast<int>(cpu::active_isa()) << ", first wrong index = " << first_wrong);
   CHECK(wrong == 0);
   CHECK(overrun == 0);
 }
@@ -66,8 +65,8 @@ TEST_CASE("random16_fill equals random16_at, with and without AVX2") {
   const std::uint32_t seeds[] = {0u, 1u, 0x9e3779b9u, 0xffffffffu};
   const std::uint64_t steps[] = {0u, 1u, 0xfffffffeu, (std::uint64_t{7} << 32) | 3u};
   const std::uint32_t chunks[] = {0u, 5u, 0xffffffffu};
-  for (const bool avx2 : {true, false}) {
-    const avx2_scope scope(avx2);
+  for (const cpu::isa version : test::isas()) {
+    const test::isa_scope scope(version);
     for (const std::uint64_t m0 : m0s)
       for (const std::size_t n : ns) check_fill(m0, n, 12345u, 77u, 3u, random_stream::quantizer);
     for (const std::uint32_t seed : seeds)
@@ -80,20 +79,20 @@ TEST_CASE("random16_fill equals random16_at, with and without AVX2") {
   }
 }
 
-TEST_CASE("random16_fill: both versions give the same numbers for a long run") {
+TEST_CASE("random16_fill: every version gives the same numbers for a long run") {
   const std::size_t n = 100000 + 17;
   std::vector<std::uint32_t> with(n + 64), without(n + 64);
   {
-    const avx2_scope scope(true);
-    random16_fill(with.data(), 8 * 4242, n, 0xabcdef01u, 99u, 17u, random_stream::quantizer);
+    const test::isa_scope scope(cpu::isa::baseline);
+    fill(without.data(), 8 * 4242, n, 0xabcdef01u, 99u, 17u, random_stream::quantizer);
   }
-  {
-    const avx2_scope scope(false);
-    random16_fill(without.data(), 8 * 4242, n, 0xabcdef01u, 99u, 17u, random_stream::quantizer);
+  for (const cpu::isa version : test::isas()) {
+    const test::isa_scope scope(version);
+    fill(with.data(), 8 * 4242, n, 0xabcdef01u, 99u, 17u, random_stream::quantizer);
+    std::size_t wrong = 0;
+    for (std::size_t i = 0; i < n; ++i) wrong += with[i] != without[i];
+    CHECK(wrong == 0);
   }
-  std::size_t wrong = 0;
-  for (std::size_t i = 0; i < n; ++i) wrong += with[i] != without[i];
-  CHECK(wrong == 0);
   // Spot checks against the per-value definition across the whole run.
   for (std::size_t i = 0; i < n; i += 997)
     CHECK(with[i] == random16_at(0xabcdef01u, 99u, 17u, random_stream::quantizer, 8 * 4242 + i));

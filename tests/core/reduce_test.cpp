@@ -78,34 +78,6 @@ TEST_CASE("tree_sum matches the documented order for every n, mixed magnitudes a
   }
 }
 
-#if GRADCOMP_CPU_DISPATCH
-namespace {
-// sums[q] = detail::tree_levels8_avx2 of v[q] = x[8q, 8q + 8).
-__attribute__((target("avx2"))) void tree_levels8(const float* x, float* sums) {
-  __m256 v[8];
-  for (std::size_t q = 0; q < 8; ++q) v[q] = _mm256_loadu_ps(x + 8 * q);
-  _mm256_storeu_ps(sums, detail::tree_levels8_avx2(v));
-}
-}  // namespace
-
-TEST_CASE("tree_levels8_avx2: lane q is the documented order's sum of the eight values of v[q]") {
-  if (!cpu::avx2_active()) {
-    MESSAGE("no AVX2 on this CPU: skipped");
-    return;
-  }
-  for (std::uint32_t seed = 1; seed <= 20; ++seed) {
-    const auto x = test::heavy_tailed(64, seed, 1.0f);
-    float sums[8];
-    tree_levels8(x.data(), sums);
-    for (std::size_t q = 0; q < 8; ++q) {
-      CAPTURE(seed);
-      CAPTURE(q);
-      CHECK(float_bits(sums[q]) == float_bits(reference_tree_sum({x.begin() + 8 * q, x.begin() + 8 * q + 8})));
-    }
-  }
-}
-#endif
-
 TEST_CASE("max_abs") {
   const float x[] = {1.0f, -3.0f, 2.0f, -0.0f};
   CHECK(max_abs(x, 4) == 3.0f);

@@ -1,5 +1,5 @@
-// The AVX2 and baseline versions of the CPU loops produce the same bytes, including the
-// pipelined store path taken by large dense payloads and the non-temporal decompress.
+// Every CPU version of the loops (baseline, AVX2, AVX-512: cpu/dispatch.hpp) produces the same
+// bytes, including the non-temporal stores of large dense payloads and decompress.
 #include <gradcomp/gradcomp.hpp>
 
 #include <doctest/doctest.h>
@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "support/codec.hpp"
+#include "support/isa.hpp"
 #include "support/random.hpp"
 
 using namespace gradcomp;
@@ -23,8 +24,8 @@ struct run_result {
 };
 
 template <class C>
-run_result run(const C& comp, const std::vector<float>& g, std::size_t misalign, bool avx2) {
-  cpu::avx2_allowed() = avx2;
+run_result run(const C& comp, const std::vector<float>& g, std::size_t misalign, cpu::isa version) {
+  const test::isa_scope scope(version);
   auto st = comp.make_state(g.size());
   st.residual.assign(st.residual.size(), 0.25f);
   std::vector<std::byte> buffer(comp.template max_payload_bytes<float>(g.size()) + misalign);
@@ -41,27 +42,32 @@ run_result run(const C& comp, const std::vector<float>& g, std::size_t misalign,
     for (std::size_t i = 0; i < g.size(); ++i)
       if (decoded[i] != 1.0f + replaced[i]) REQUIRE(decoded[i] == 1.0f + replaced[i]);
   }
-  cpu::avx2_allowed() = true;
   return {std::vector<std::byte>(payload.begin(), payload.begin() + static_cast<std::ptrdiff_t>(*w)), st.residual, decoded};
 }
 
 template <class C>
-void check_same(const C& comp, const std::vector<float>& g) {
-  for (std::size_t misalign : {4u, 8u}) {  // 8: the 8-byte aligned paths (pipelined store, streamed ends); 4: the others
+void check_same(C comp, const std::vector<float>& g) {
+  auto cfg = comp.get_config();
+  cfg.stores = cpu::stores::streaming;  // the non-temporal stores at a test's size
+  comp.set_config(cfg);
+  for (std::size_t misalign : {4u, 8u}) {
     CAPTURE(misalign);
-    const auto fast = run(comp, g, misalign, true);
-    const auto base = run(comp, g, misalign, false);
-    CHECK(fast.payload == base.payload);
-    CHECK(fast.residual == base.residual);
-    CHECK(fast.decoded == base.decoded);
+    const auto base = run(comp, g, misalign, cpu::isa::baseline);
+    for (const cpu::isa version : test::isas()) {
+      CAPTURE(static_cast<int>(version));
+      const auto fast = run(comp, g, misalign, version);
+      CHECK(fast.payload == base.payload);
+      CHECK(fast.residual == base.residual);
+      CHECK(fast.decoded == base.decoded);
+    }
   }
 }
 
 }  // namespace
 
-TEST_CASE("AVX2 and baseline loops give identical payloads, residuals and sums") {
-  // 2.3M floats: the fp32 payload passes the streaming-store size, and is no whole number of tiles.
-  const auto g = test::heavy_tailed(2'300'017, 31);
+TEST_CASE("every CPU version gives identical payloads, residuals and sums") {
+  // No whole number of tiles or groups.
+  const auto g = test::heavy_tailed(100'017, 31);
   check_same(compressor<partition::whole, sparsify::dense, quantize::none, feedback::residual>{}, g);
   check_same(compressor<partition::whole, sparsify::dense, quantize::bf16, feedback::none>{}, g);
   check_same(compressor<partition::whole, sparsify::dense, quantize::fp16, feedback::residual>{}, g);
@@ -84,17 +90,20 @@ TEST_CASE("AVX2 and baseline loops give identical payloads, residuals and sums")
 }
 
 namespace {
-// decompress of a dense payload above the streaming-store size, with AVX2 (each eight values
-// stored non-temporally where the output is 16-byte aligned, else through the batch buffer),
-// against the baseline version, into outputs 0, 4 and 16 bytes past a 32-byte boundary (one
-// for each way: direct stores of both alignments, the batch buffer); nothing written around
-// the output.
+// decompress of a dense payload above the streaming-store size (non-temporal stores) in every
+// version against the baseline, into outputs 0, 4 and 16 bytes past a 32-byte boundary;
+// nothing written around the output.
 template <class C>
-void check_large_decompress(const C& comp, const std::vector<float>& g) {
+void check_large_decompress(C comp, const std::vector<float>& g) {
+  auto cfg = comp.get_config();
+  cfg.stores = cpu::stores::streaming;
+  comp.set_config(cfg);
   const auto payload = test::compress_at(comp, g);
-  cpu::avx2_allowed() = false;
-  const auto expected = test::decompressed(comp, payload, g.size());
-  cpu::avx2_allowed() = true;
+  std::vector<float> expected;
+  {
+    const test::isa_scope scope(cpu::isa::baseline);
+    expected = test::decompressed(comp, payload, g.size());
+  }
   std::vector<float> buffer(g.size() + 32);
   const std::size_t base = (32 - reinterpret_cast<std::uintptr_t>(buffer.data()) % 32) % 32 / 4;
   for (const std::size_t shift : {0u, 1u, 4u}) {
@@ -111,13 +120,9 @@ void check_large_decompress(const C& comp, const std::vector<float>& g) {
 }
 }  // namespace
 
-TEST_CASE("a large dense decompress writes the baseline's floats at each kind of output alignment") {
-  if (!cpu::avx2_active()) {
-    MESSAGE("no AVX2 on this CPU: skipped");
-    return;
-  }
-  // Past the streaming-store size (2^21 floats), and no whole number of groups.
-  const auto g = test::heavy_tailed(2'100'003, 32);
+TEST_CASE("a large dense decompress writes the baseline's floats at each output alignment") {
+  // No whole number of groups.
+  const auto g = test::heavy_tailed(100'003, 32);
   using quantize::int_range;
   check_large_decompress(compressor<partition::whole, sparsify::dense, quantize::int_block<8>, feedback::none>{}, g);
   using int4_asymmetric = quantize::int_block<4, int_range::asymmetric>;
@@ -137,13 +142,12 @@ TEST_CASE("a large dense decompress writes the baseline's floats at each kind of
                              {.quantize = {.group = 4}}),
                          g);
   check_large_decompress(compressor<partition::whole, sparsify::dense, quantize::piecewise<4>, feedback::none>{}, g);
-  // Chunks: each frame below the streaming size, all of them above it. Chunks of 2^18 + 1
-  // floats start at every 4-byte shift, so frames take both the direct and the buffered way.
+  // Chunks of 2^14 + 1 floats start at every 4-byte shift of the output.
   check_large_decompress(compressor<partition::chunks, sparsify::dense, quantize::int_block<8>, feedback::none>(
-                             {.partition = {.chunk_bytes = (std::size_t{1} << 20) + 4}}),
+                             {.partition = {.chunk_bytes = (std::size_t{1} << 16) + 4}}),
                          g);
   check_large_decompress(compressor<partition::chunks, sparsify::dense, quantize::fp8_e4m3, feedback::none>(
-                             {.partition = {.chunk_bytes = (std::size_t{1} << 20) + 4}}),
+                             {.partition = {.chunk_bytes = (std::size_t{1} << 16) + 4}}),
                          g);
   check_large_decompress(compressor<partition::chunks, sparsify::dense, quantize::bf16, feedback::none>{}, g);
 }

@@ -223,21 +223,5 @@ TEST_CASE("natural: error feedback keeps what rounding lost") {
 }
 
 #if GRADCOMP_CPU_DISPATCH
-TEST_CASE("natural: decode_packed_avx2 decodes every code from the packed bytes, reading only those it may") {
-  if (!cpu::avx2_active()) {
-    MESSAGE("no AVX2 on this CPU: skipped");
-    return;
-  }
-  test::check_packed_avx2_decoder<natural>({}, {}, 29);
-}
 
-TEST_CASE("natural: the AVX2 accumulator gives canonical_nan(sum + decode()) for every code") {
-  if (!cpu::avx2_active()) {
-    MESSAGE("no AVX2 on this CPU: skipped");
-    return;
-  }
-  std::vector<std::uint16_t> codes(512 * 3 + 5);  // every code beside several sums, and a tail
-  for (std::size_t i = 0; i < codes.size(); ++i) codes[i] = static_cast<std::uint16_t>(i * 167 % 512);
-  test::check_avx2_accumulator<natural>({}, {}, codes);
-}
 #endif

@@ -412,75 +412,8 @@ TEST_CASE("piecewise: error feedback keeps what rounding lost") {
     CHECK(sent[i] + st.residual[i] == doctest::Approx(total[i]).epsilon(1e-4).scale(1e-3));
 }
 
-TEST_CASE("piecewise: the AVX2 and baseline builds of the search give the same bytes") {
-  using C = test::with_quantizer<quantize::piecewise<4>, sparsify::dense, feedback::residual>;
-  for (rounding r : {rounding::nearest, rounding::stochastic}) {
-    const C comp({.quantize = {.group = 64, .round = r}, .seed = 3});
-    const auto g = test::heavy_tailed(5000, 12);
-    std::vector<std::vector<std::byte>> payloads;
-    std::vector<std::vector<float>> residuals;
-    for (bool avx2 : {true, false}) {
-      cpu::avx2_allowed() = avx2;
-      state st = comp.make_state(g.size());
-      std::vector<std::byte> payload(comp.max_payload_bytes<float>(g.size()));
-      const auto w = comp.compress<float>(g, st, payload);
-      cpu::avx2_allowed() = true;
-      REQUIRE(w.ok());
-      payload.resize(*w);
-      payloads.push_back(payload);
-      residuals.push_back(st.residual);
-    }
-    CHECK(payloads[0] == payloads[1]);
-    CHECK(residuals[0] == residuals[1]);
-  }
-}
-
 #if GRADCOMP_CPU_DISPATCH
-TEST_CASE_TEMPLATE("piecewise: the AVX2 search picks fit()'s breakpoint, meta bit for meta bit", Q,
-                   quantize::piecewise<3>, quantize::piecewise<4>, quantize::piecewise<8>) {
-  if (!cpu::avx2_active()) {
-    MESSAGE("no AVX2 on this CPU: skipped");
-    return;
-  }
-  const auto fields = [](const typename Q::meta& m) {
-    return std::array<std::uint32_t, 8>{float_bits(m.max), m.k,           float_bits(m.p),      float_bits(m.sc),
-                                        float_bits(m.st),  float_bits(m.pre), float_bits(m.inv_sc), float_bits(m.inv_st)};
-  };
-  // eight_groups' edge cases: scales from subnormal to FLT_MAX, one-signed and constant groups,
-  // zeros, NaN and inf
-  test::check_fit8<Q>(fields);
-  // values on a coarse grid (as from bf16 or an earlier quantization): errors tie often
-  for (const std::size_t gs : {16u, 128u, 4096u})
-    for (int round = 0; round < 8; ++round) {
-      CAPTURE(gs);
-      CAPTURE(round);
-      auto x = test::heavy_tailed(8 * gs, 40 + static_cast<unsigned>(round), 1.0f);
-      for (float& v : x) v = std::round(v * static_cast<float>(1 + round)) / static_cast<float>(1 + round);
-      test::check_fit8_on<Q>(x, gs, fields);
-    }
-}
 
-TEST_CASE_TEMPLATE("piecewise: the AVX2 decoder and accumulator give decode()'s bits for every code, also with FTZ and DAZ set", Q,
-                   quantize::piecewise<3>, quantize::piecewise<4>) {
-  static_assert(!has_avx2_decoder<quantize::piecewise<5>> && !has_avx2_accumulator<quantize::piecewise<5>>,
-                "wider codes keep the compressor's loop");
-  if (!cpu::avx2_active()) {
-    MESSAGE("no AVX2 on this CPU: skipped");
-    return;
-  }
-  const typename Q::config c{};
-  for (const float max : {0.0f, 1e-40f, 1e-30f, 1.0f, 3e38f, std::numeric_limits<float>::max()})
-    for (const std::uint8_t k : {std::uint8_t{1}, std::uint8_t{7}, std::uint8_t{16}}) {
-      CAPTURE(max);
-      CAPTURE(int{k});
-      std::byte stored[Q::meta_bytes];
-      store_le<std::uint32_t>(stored, float_bits(max));
-      stored[4] = std::byte{k};
-      const auto m = Q::load_meta(stored);
-      REQUIRE(Q::check_meta(c, m).ok());
-      test::check_avx2_decoder_lengths<Q>(c, m);
-    }
-}
 #endif
 
 TEST_CASE("piecewise: accumulate adds decompress's values, NaN canonical, whatever the group size") {

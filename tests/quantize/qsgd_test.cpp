@@ -295,21 +295,4 @@ TEST_CASE("qsgd: after top-k, buckets run over the kept values") {
 }
 
 #if GRADCOMP_CPU_DISPATCH
-TEST_CASE_TEMPLATE("qsgd: the AVX2 decoder and accumulator give decode()'s bits for every code, also with FTZ and DAZ set", Q,
-                   quantize::qsgd<2>, quantize::qsgd<3>, quantize::qsgd<4>) {
-  static_assert(!has_avx2_decoder<quantize::qsgd<5>> && !has_avx2_accumulator<quantize::qsgd<5>>,
-                "wider codes keep the compressor's loop");
-  if (!cpu::avx2_active()) {
-    MESSAGE("no AVX2 on this CPU: skipped");
-    return;
-  }
-  const float max = std::numeric_limits<float>::max();
-  for (unsigned levels = 1; levels <= Q::max_levels; ++levels) {
-    CAPTURE(levels);
-    // (the largest norm is rejected where level s decodes past the float range)
-    const std::size_t accepted =
-        test::check_avx2_decoder_f32_metas<Q>({.levels = levels}, {0.0f, 1e-45f, 1e-40f, 1e-3f, 1.0f, 3e38f, max});
-    CHECK(accepted >= 6);
-  }
-}
 #endif

@@ -198,23 +198,5 @@ TEST_CASE("sign: after top-k, groups run over the kept values") {
 }
 
 #if GRADCOMP_CPU_DISPATCH
-TEST_CASE("sign: the AVX2 fit of eight groups gives fit()'s scales") {
-  if (!cpu::avx2_active()) {
-    MESSAGE("no AVX2 on this CPU: skipped");
-    return;
-  }
-  test::check_fit8<quantize::sign>();
-}
 
-TEST_CASE("sign: the AVX2 decoder gives decode()'s bits for every code, also with FTZ and DAZ set") {
-  static_assert(!has_avx2_accumulator<quantize::sign>, "accumulate keeps the compressor's loop");
-  if (!cpu::avx2_active()) {
-    MESSAGE("no AVX2 on this CPU: skipped");
-    return;
-  }
-  const float max = std::numeric_limits<float>::max();
-  const std::size_t accepted =
-      test::check_avx2_decoder_f32_metas<quantize::sign>({}, {0.0f, 1e-45f, 1e-40f, 1e-3f, 1.0f, 3e38f, max});
-  CHECK(accepted == 7);  // every one of the scales is valid
-}
 #endif

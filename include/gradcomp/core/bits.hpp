@@ -4,14 +4,11 @@
 #include <cstdint>
 #include <cstring>
 
-#include "../cpu/dispatch.hpp"
 #include "config.hpp"
 
-#if GRADCOMP_CPU_DISPATCH
-#include <immintrin.h>
-#endif
 
 namespace gradcomp {
+GRADCOMP_PRECISE_BEGIN
 
 GRADCOMP_HD inline std::uint32_t float_bits(float x) {
 #if GRADCOMP_DEVICE_CODE
@@ -67,37 +64,6 @@ GRADCOMP_HD inline float canonical_nan(float x) {
   return bits_float(detail::select((u & 0x7fffffffu) > 0x7f800000u, 0x7fc00000u, u));
 }
 
-#if GRADCOMP_CPU_DISPATCH
-namespace detail {
-// canonical_nan of eight floats (the AVX2 accumulate hooks).
-__attribute__((target("avx2"), always_inline)) inline __m256 canonical_nan_avx2(__m256 v) {
-  const __m256i nan = _mm256_cmpgt_epi32(_mm256_and_si256(_mm256_castps_si256(v), _mm256_set1_epi32(0x7fffffff)),
-                                         _mm256_set1_epi32(0x7f800000));
-  return _mm256_blendv_ps(v, _mm256_castsi256_ps(_mm256_set1_epi32(0x7fc00000)), _mm256_castsi256_ps(nan));
-}
 
-// Stores four floats at p: plainly, or (Streaming) with a non-temporal store, p 16-byte
-// aligned, for the decode hooks' output to a buffer larger than the cache.
-template <bool Streaming>
-__attribute__((target("avx2"), always_inline)) inline void store4_avx2(float* p, __m128 v) {
-  if constexpr (Streaming) {
-    _mm_stream_ps(p, v);
-  } else {
-    _mm_storeu_ps(p, v);
-  }
-}
-
-// Eight floats, likewise (two 16-byte non-temporal stores when Streaming).
-template <bool Streaming>
-__attribute__((target("avx2"), always_inline)) inline void store8_avx2(float* p, __m256 v) {
-  if constexpr (Streaming) {
-    store4_avx2<true>(p, _mm256_castps256_ps128(v));
-    store4_avx2<true>(p + 4, _mm256_extractf128_ps(v, 1));
-  } else {
-    _mm256_storeu_ps(p, v);
-  }
-}
-}  // namespace detail
-#endif
-
+GRADCOMP_PRECISE_END
 }  // namespace gradcomp

@@ -109,59 +109,6 @@ concept quantizer_traits = has_config<Q> && requires(const typename Q::config& c
 template <class Q>
 concept quantizer_policy = has_policy_kind<Q, quantizer_tag> && has_validate<Q> && quantizer_codes<Q> &&
                            quantizer_groups<Q> && quantizer_encode<Q> && quantizer_decode<Q> && quantizer_traits<Q>;
-// Optional: encode_avx2(c, m, x, n, out) writes encode(c, m, x[i], 0) to out[i] for i < n,
-// hand-vectorised for AVX2 CPUs (the compressor calls it only there, for deterministic
-// rounding): for quantizers whose encode() the compilers vectorise poorly.
-template <class Q>
-concept has_avx2_encoder = quantizer_encode<Q> && requires(const typename Q::config& c, const typename Q::meta& m,
-                                                           const float* x, typename Q::code_type* out) {
-  Q::encode_avx2(c, m, x, std::size_t{}, out);
-};
-
-// Optional, likewise: decode_avx2(c, m, codes, n, out) writes decode(c, m, codes[i]) to out[i].
-template <class Q>
-concept has_avx2_decoder = quantizer_decode<Q> && requires(const typename Q::config& c, const typename Q::meta& m,
-                                                           const typename Q::code_type* codes, float* out) {
-  Q::decode_avx2(c, m, codes, std::size_t{}, out);
-};
-
-// Optional, with it: decode_avx2<true>(c, m, codes, n, out) writes the same, out 16-byte
-// aligned, eight values at a time with non-temporal stores (detail::store8_avx2<true>), for
-// a decompress into a buffer larger than the cache.
-template <class Q>
-concept has_streaming_avx2_decoder =
-    has_avx2_decoder<Q> && requires(const typename Q::config& c, const typename Q::meta& m,
-                                    const typename Q::code_type* codes, float* out) {
-      Q::template decode_avx2<true>(c, m, codes, std::size_t{}, out);
-    };
-
-// Optional, likewise: decode_packed_avx2<Streaming>(c, m, in, n, available, out) writes
-// decode(c, m, code i) to out[i] for i < k and returns k <= n, code 0 starting at bit 0 of
-// in[0], reading within in[0, available); stores as decode_avx2<Streaming>'s. A large dense
-// decompress then decodes without unpacking codes into a buffer first.
-template <class Q>
-concept has_packed_avx2_decoder =
-    quantizer_decode<Q> && requires(const typename Q::config& c, const typename Q::meta& m, const std::byte* in,
-                                    float* out) {
-      { Q::template decode_packed_avx2<true>(c, m, in, std::size_t{}, std::size_t{}, out) } -> std::same_as<std::size_t>;
-    };
-
-// Optional, likewise: accumulate_avx2(c, m, codes, n, sum) sets sum[i] to
-// canonical_nan(sum[i] + decode(c, m, codes[i])), decoding and adding in one pass.
-template <class Q>
-concept has_avx2_accumulator = quantizer_decode<Q> && requires(const typename Q::config& c, const typename Q::meta& m,
-                                                               const typename Q::code_type* codes, float* sum) {
-  Q::accumulate_avx2(c, m, codes, std::size_t{}, sum);
-};
-
-// Optional, likewise: fit8_avx2(c, x, gs, metas) writes fit(c, x + q * gs, gs) to metas[q] for
-// q < 8 (eight whole groups, gs a multiple of 8).
-template <class Q>
-concept has_avx2_fitter = quantizer_groups<Q> && requires(const typename Q::config& c, const float* x,
-                                                          typename Q::meta* metas) {
-  Q::fit8_avx2(c, x, std::size_t{}, metas);
-};
-
 // Defaults for quantizers without groups or randomness (casts): derive and add encode/decode.
 struct ungrouped_quantizer {
   using policy_kind = quantizer_tag;

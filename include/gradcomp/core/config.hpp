@@ -40,3 +40,17 @@ inline void prefetch_line(const void* address) {
 #else
 #define GRADCOMP_INLINE inline
 #endif
+
+// Float math whose bits are compared across backends and ISA versions must not be contracted
+// into fused multiply-adds (clang does so within an expression by default, GCC across them;
+// AVX-512 and user -march flags make FMA available). Headers holding such math put it
+// between these markers, which turn contraction off for clang; GCC's run-time dispatched
+// loops carry fp-contract=off themselves (cpu/dispatch.hpp), and the project's own builds
+// pass -ffp-contract=off. A consumer comparing bits across machines builds the same way.
+#if defined(__clang__) && !defined(__CUDA__)
+#define GRADCOMP_PRECISE_BEGIN _Pragma("float_control(push)") _Pragma("clang fp contract(off)")
+#define GRADCOMP_PRECISE_END _Pragma("float_control(pop)")
+#else
+#define GRADCOMP_PRECISE_BEGIN
+#define GRADCOMP_PRECISE_END
+#endif

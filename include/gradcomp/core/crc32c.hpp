@@ -1,9 +1,8 @@
 #pragma once
 // CRC32C (Castagnoli, reflected polynomial 0x82F63B78, initial value and final xor ~0).
 // Host: the SSE4.2 crc32 instruction when the CPU has it (checked once at run time, no
-// compile flag needed), three independent streams to hide its latency; on AMD family 17h
-// (Zen 1, Zen 2), whose crc32 issues once per 3 cycles, carry-less multiplication
-// (PCLMULQDQ) folding the data instead; a slicing-by-8 table on other CPUs. crc32c_combine
+// compile flag needed), three independent streams to hide its latency; a slicing-by-8 table
+// on other CPUs. crc32c_combine
 // joins the CRCs of adjacent pieces, which is how a parallel backend checksums a frame piece
 // by piece.
 
@@ -16,9 +15,7 @@
 #include "config.hpp"
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
-#include <cpuid.h>
 #include <nmmintrin.h>
-#include <wmmintrin.h>
 #define GRADCOMP_HAVE_X86_CRC 1
 #else
 #define GRADCOMP_HAVE_X86_CRC 0
@@ -98,8 +95,7 @@ GRADCOMP_HD constexpr std::uint32_t crc32c_x_pow_8n(std::uint64_t nbytes) {
   return result;
 }
 
-// Three streams of this many bytes make one round of the hardware CRC (and one tile of
-// cpu::packed_stream, on any CPU); the shifts join them.
+// Three streams of this many bytes make one round of the hardware CRC; the shifts join them.
 inline constexpr std::size_t crc32c_stream_bytes = 4096;
 inline constexpr std::uint32_t crc32c_shift_1 = crc32c_x_pow_8n(crc32c_stream_bytes);
 inline constexpr std::uint32_t crc32c_shift_2 = crc32c_x_pow_8n(2 * crc32c_stream_bytes);
@@ -146,95 +142,17 @@ inline bool cpu_has_sse42() {
   return has;
 }
 
-// x^e modulo the polynomial (register form), by squaring: for the constants below.
-constexpr std::uint32_t crc32c_x_pow(std::uint64_t e) {
-  std::uint32_t result = 0x80000000u, square = 0x40000000u;  // x^0, x^1
-  for (; e != 0; e >>= 1) {
-    if (e & 1u) result = crc32c_mulmod(result, square);
-    square = crc32c_mulmod(square, square);
-  }
-  return result;
-}
-
-// The carry-less multiplier that moves a 64-bit half of the data `bits` bits further on:
-// x^(bits - 1) mod P in the high half. A 16-byte load holds its bits in reflected order (bit i
-// is the coefficient of x^(127 - i)); the product of two reflected 64-bit operands comes out
-// in the same order but one degree short, hence the - 1.
-constexpr std::uint64_t crc32c_fold_multiplier(std::uint64_t bits) { return std::uint64_t{crc32c_x_pow(bits - 1)} << 32; }
-
-// a * x^distance + next, up to a multiple of P (the final crc32 reduction removes it), with the
-// multipliers of crc32c_fold_multiplier(distance + 64) and (distance) in the low and high lanes.
-// (A function, not a lambda: nvcc drops target attributes from lambdas.)
-__attribute__((target("pclmul"), always_inline)) inline __m128i crc32c_fold(__m128i a, __m128i multipliers,
-                                                                            __m128i next) {
-  return _mm_xor_si128(_mm_xor_si128(_mm_clmulepi64_si128(a, multipliers, 0x00), _mm_clmulepi64_si128(a, multipliers, 0x11)),
-                       next);
-}
-
-// crc32c_update_sse42 by folding: four 16-byte accumulators, each multiplied by x^512 mod P
-// (one PCLMULQDQ per 64-bit half) and added to the data 64 bytes on, then folded into one;
-// the crc32 instruction reduces that and finishes the last bytes. On a Zen 1 VM: 10 B/ns
-// against 5.6-5.8 for the three crc32 streams; on cores where crc32 issues once a cycle the
-// streams are faster.
-__attribute__((target("pclmul,sse4.2"))) inline std::uint32_t crc32c_update_pclmul(std::uint32_t crc,
-                                                                                  const unsigned char* p,
-                                                                                  std::size_t n) {
-  if (n < 64) return crc32c_update_sse42(crc, p, n);
-  const auto load = [](const unsigned char* at) __attribute__((always_inline)) {
-    return _mm_loadu_si128(reinterpret_cast<const __m128i*>(at));
-  };
-  // low lane: the first 8 bytes, 64 bits further from the end than the last 8 (see crc32c_fold)
-  const auto multipliers = [](std::uint64_t distance) {
-    return _mm_set_epi64x(static_cast<long long>(crc32c_fold_multiplier(distance)),
-                          static_cast<long long>(crc32c_fold_multiplier(distance + 64)));
-  };
-  const __m128i by512 = multipliers(512), by128 = multipliers(128);
-  // The register enters as the first 4 bytes' xor, as in the crc32 instruction.
-  __m128i a[4] = {_mm_xor_si128(load(p), _mm_cvtsi32_si128(static_cast<int>(crc))), load(p + 16), load(p + 32),
-                  load(p + 48)};
-  for (p += 64, n -= 64; n >= 64; p += 64, n -= 64)
-    for (int k = 0; k < 4; ++k) a[k] = crc32c_fold(a[k], by512, load(p + 16 * k));
-  __m128i r = a[0];
-  for (int k = 1; k < 4; ++k) r = crc32c_fold(r, by128, a[k]);
-  for (; n >= 16; p += 16, n -= 16) r = crc32c_fold(r, by128, load(p));
-  const std::uint64_t low = _mm_crc32_u64(0, static_cast<std::uint64_t>(_mm_cvtsi128_si64(r)));
-  const std::uint64_t folded = _mm_crc32_u64(low, static_cast<std::uint64_t>(_mm_extract_epi64(r, 1)));
-  return crc32c_update_sse42(static_cast<std::uint32_t>(folded), p, n);
-}
-
-// AMD family 17h (Zen 1, Zen+, Zen 2) with PCLMULQDQ: the CPUs where folding is the faster way.
-inline bool cpu_prefers_pclmul_crc() {
-  static const bool prefers = [] {
-    unsigned a = 0, b = 0, c = 0, d = 0;
-    if (!__get_cpuid(0, &a, &b, &c, &d) || b != 0x68747541u || d != 0x69746e65u || c != 0x444d4163u)
-      return false;  // not "AuthenticAMD"
-    if (!__get_cpuid(1, &a, &b, &c, &d) || !(c >> 1 & 1u)) return false;  // no PCLMULQDQ
-    return ((a >> 8) & 0xfu) + ((a >> 20) & 0xffu) == 0x17u;
-  }();
-  return prefers;
-}
 #endif
 
-// crc32c() without the folding path. Writers that checksum each tile between vector encoding
-// steps use it: the crc32 instruction runs on the integer units, beside the encoding, while
-// folding needs the vector units the encoding uses (on a Zen 1 VM, where folding alone runs
-// 1.75x as fast, int8 compress measured 1.11-1.13x the time with it, SSE or VEX encoded).
-inline std::uint32_t crc32c_integer(std::span<const std::byte> bytes, std::uint32_t crc = 0) {
-  const auto* p = reinterpret_cast<const unsigned char*>(bytes.data());
-#if GRADCOMP_HAVE_X86_CRC
-  if (cpu_has_sse42()) return ~crc32c_update_sse42(~crc, p, bytes.size());
-#endif
-  return ~crc32c_update_table(~crc, p, bytes.size());
-}
 }  // namespace detail
 
 // Continue a CRC32C: crc32c(b, crc32c(a)) == crc32c(a followed by b).
 inline std::uint32_t crc32c(std::span<const std::byte> bytes, std::uint32_t crc = 0) {
+  const auto* p = reinterpret_cast<const unsigned char*>(bytes.data());
 #if GRADCOMP_HAVE_X86_CRC
-  if (detail::cpu_has_sse42() && detail::cpu_prefers_pclmul_crc())
-    return ~detail::crc32c_update_pclmul(~crc, reinterpret_cast<const unsigned char*>(bytes.data()), bytes.size());
+  if (detail::cpu_has_sse42()) return ~detail::crc32c_update_sse42(~crc, p, bytes.size());
 #endif
-  return detail::crc32c_integer(bytes, crc);
+  return ~detail::crc32c_update_table(~crc, p, bytes.size());
 }
 
 // CRC32C of a followed by b, from crc32c(a), crc32c(b) and the length of b.

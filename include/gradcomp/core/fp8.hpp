@@ -23,14 +23,11 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "../cpu/dispatch.hpp"
 #include "bits.hpp"
 
-#if GRADCOMP_CPU_DISPATCH
-#include <immintrin.h>
-#endif
 
 namespace gradcomp {
+GRADCOMP_PRECISE_BEGIN
 
 inline constexpr float fp8_e4m3_max = 448.0f;
 inline constexpr float fp8_e5m2_max = 57344.0f;
@@ -103,53 +100,6 @@ GRADCOMP_HD inline float float_from_fp8_e5m2_bits(std::uint8_t c) {
   return bits_float(select(a > 0x7cu, 0x7fc00000u, value));
 }
 
-#if GRADCOMP_CPU_DISPATCH
-namespace detail {
-// The encodings above for eight floats at once, written with AVX2 intrinsics: GCC 12
-// vectorises the scalar versions into about 220 instructions per 32 values, with spills
-// (0.7-0.8 ns per value against 0.2 for clang 14's code of the same source). The same
-// operations step for step, so the same bits (tests compare every binade's rounding cases).
-// Lanes hold float bits a = |x| < 2^31, so signed compares order them as unsigned ones would.
-template <unsigned M, unsigned B>
-__attribute__((target("avx2"), always_inline)) inline __m256i small_float_magnitude_avx2(__m256i a) {
-  constexpr unsigned drop = 23u - M;
-  const __m256i odd = _mm256_and_si256(_mm256_srli_epi32(a, drop), _mm256_set1_epi32(1));
-  const __m256i bias = _mm256_set1_epi32(static_cast<int>(((1u << (drop - 1u)) - 1u) - ((127u - B) << 23)));
-  const __m256i normal = _mm256_srli_epi32(_mm256_add_epi32(_mm256_add_epi32(a, bias), odd), drop);
-  const __m256 c = _mm256_set1_ps(static_cast<float>(1u << (24u - B - M)));
-  const __m256i subnormal =
-      _mm256_sub_epi32(_mm256_castps_si256(_mm256_add_ps(_mm256_castsi256_ps(a), c)), _mm256_castps_si256(c));
-  const __m256i is_normal = _mm256_cmpgt_epi32(a, _mm256_set1_epi32(static_cast<int>(((128u - B) << 23) - 1u)));
-  return _mm256_blendv_epi8(subnormal, normal, is_normal);
-}
 
-// c where a >= bound (bound > 0), else v.
-__attribute__((target("avx2"), always_inline)) inline __m256i replace_from_avx2(__m256i a, std::uint32_t bound,
-                                                                               std::uint32_t c, __m256i v) {
-  const __m256i from = _mm256_cmpgt_epi32(a, _mm256_set1_epi32(static_cast<int>(bound - 1u)));
-  return _mm256_blendv_epi8(v, _mm256_set1_epi32(static_cast<int>(c)), from);
-}
-
-// fp8 codes of eight floats, one per 32-bit lane.
-template <bool E4M3>
-__attribute__((target("avx2"), always_inline)) inline __m256i fp8_bits_from_float_avx2(__m256 x) {
-  const __m256i u = _mm256_castps_si256(x);
-  const __m256i sign = _mm256_and_si256(_mm256_srli_epi32(u, 24), _mm256_set1_epi32(0x80));
-  const __m256i a = _mm256_and_si256(u, _mm256_set1_epi32(0x7fffffff));
-  __m256i magnitude;
-  if constexpr (E4M3) {
-    magnitude = small_float_magnitude_avx2<3, 7>(a);
-    magnitude = replace_from_avx2(a, 0x43e00000u, 0x7eu, magnitude);  // finite >= 448: saturate
-    magnitude = replace_from_avx2(a, 0x7f800000u, 0x7fu, magnitude);  // infinity and NaN: NaN
-  } else {
-    magnitude = small_float_magnitude_avx2<2, 15>(a);
-    magnitude = replace_from_avx2(a, 0x47700000u, 0x7cu, magnitude);  // >= 61440 (and inf): infinity
-    magnitude = replace_from_avx2(a, 0x7f800001u, 0x7eu, magnitude);  // NaN: quiet NaN
-  }
-  return _mm256_or_si256(sign, magnitude);
-}
-
-}  // namespace detail
-#endif
-
+GRADCOMP_PRECISE_END
 }  // namespace gradcomp

@@ -10,6 +10,7 @@
 #include "bits.hpp"
 
 namespace gradcomp {
+GRADCOMP_PRECISE_BEGIN
 
 GRADCOMP_HD inline std::uint16_t bf16_bits_from_float(float x) {
   const std::uint32_t u = float_bits(x);
@@ -98,4 +99,5 @@ GRADCOMP_HD inline T from_float(float x) {
   }
 }
 
+GRADCOMP_PRECISE_END
 }  // namespace gradcomp

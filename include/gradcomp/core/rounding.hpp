@@ -11,6 +11,7 @@
 #include "philox.hpp"
 
 namespace gradcomp {
+GRADCOMP_PRECISE_BEGIN
 
 // 1.5 * 2^23: adding it to |y| < 2^22 leaves no fraction bits, and the sum's low mantissa
 // bits hold the rounded integer (two's complement, offset from the constant's bits).
@@ -64,4 +65,5 @@ GRADCOMP_HD inline float clamp_float(float y, float lo, float hi) {
   return select_float(y <= hi, y, hi);
 }
 
+GRADCOMP_PRECISE_END
 }  // namespace gradcomp

@@ -15,6 +15,7 @@
 #include "../core/rounding.hpp"
 
 namespace gradcomp::feedback {
+GRADCOMP_PRECISE_BEGIN
 
 struct momentum {
   using policy_kind = feedback_tag;
@@ -44,4 +45,5 @@ struct momentum {
   }
 };
 
+GRADCOMP_PRECISE_END
 }  // namespace gradcomp::feedback

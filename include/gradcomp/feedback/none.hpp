@@ -4,6 +4,7 @@
 #include "../core/concepts.hpp"
 
 namespace gradcomp::feedback {
+GRADCOMP_PRECISE_BEGIN
 
 struct none {
   using policy_kind = feedback_tag;
@@ -15,4 +16,5 @@ struct none {
   GRADCOMP_HD static float remainder(const config&, float, float) { return 0.0f; }
 };
 
+GRADCOMP_PRECISE_END
 }  // namespace gradcomp::feedback

@@ -15,6 +15,7 @@
 #include "../core/rounding.hpp"
 
 namespace gradcomp::feedback {
+GRADCOMP_PRECISE_BEGIN
 
 struct residual {
   using policy_kind = feedback_tag;
@@ -31,4 +32,5 @@ struct residual {
   GRADCOMP_HD static float remainder(const config&, float x, float sent) { return canonical_nan(x - sent); }
 };
 
+GRADCOMP_PRECISE_END
 }  // namespace gradcomp::feedback

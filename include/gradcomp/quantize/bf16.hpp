@@ -10,6 +10,7 @@
 #include "../core/numeric.hpp"
 
 namespace gradcomp::quantize {
+GRADCOMP_PRECISE_BEGIN
 
 struct bf16 : ungrouped_quantizer {
   using code_type = std::uint16_t;
@@ -22,4 +23,5 @@ struct bf16 : ungrouped_quantizer {
   GRADCOMP_HD static float decode(const config&, const meta&, code_type c) { return float_from_bf16_bits(c); }
 };
 
+GRADCOMP_PRECISE_END
 }  // namespace gradcomp::quantize

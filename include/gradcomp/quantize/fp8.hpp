@@ -44,6 +44,7 @@
 #include "group.hpp"
 
 namespace gradcomp::quantize {
+GRADCOMP_PRECISE_BEGIN
 
 enum class fp8_format : std::uint8_t { e4m3, e5m2 };
 
@@ -101,106 +102,6 @@ struct fp8 {
     return e4m3 ? fp8_e4m3_bits_from_float(y) : fp8_e5m2_bits_from_float(y);
   }
 
-#if GRADCOMP_CPU_DISPATCH
-  // fit() of eight groups of gs values each (gs a multiple of 8) at once, with AVX2:
-  // metas[q] = fit(c, x + q * gs, gs), the same bits (integer operations on max|x|'s bits).
-  GRADCOMP_TARGET_AVX2 static void fit8_avx2(const config&, const float* x, std::size_t gs, meta* metas) {
-    const __m256i a = detail::max_abs8_avx2(x, gs);
-    const __m256i above = _mm256_cmpgt_epi32(_mm256_and_si256(a, _mm256_set1_epi32(0x7fffff)), _mm256_set1_epi32(0x600000));
-    __m256i k = _mm256_sub_epi32(_mm256_sub_epi32(_mm256_srli_epi32(a, 23), _mm256_set1_epi32(127 + emax)), above);
-    k = _mm256_min_epi32(_mm256_max_epi32(k, _mm256_set1_epi32(k_min)), _mm256_set1_epi32(k_max));
-    const __m256i exponent = _mm256_set1_epi32(0x7f800000);
-    const __m256i finite = _mm256_cmpgt_epi32(exponent, a);  // a = |x| bits: below the exponent of infinity
-    const __m256i scale = _mm256_blendv_epi8(a, _mm256_slli_epi32(_mm256_add_epi32(k, _mm256_set1_epi32(127)), 23), finite);
-    const __m256i inv = _mm256_slli_epi32(_mm256_sub_epi32(_mm256_set1_epi32(127), k), 23);
-    alignas(32) std::uint32_t fields[2][8];
-    _mm256_store_si256(reinterpret_cast<__m256i*>(fields[0]), scale);
-    _mm256_store_si256(reinterpret_cast<__m256i*>(fields[1]), inv);
-    for (std::size_t q = 0; q < 8; ++q) metas[q] = {bits_float(fields[0][q]), bits_float(fields[1][q])};
-  }
-
-  // encode() of x[0, n) into out[0, n), 32 values at a time with AVX2: the same codes (GCC 12
-  // vectorises encode() poorly; see core/fp8.hpp). Call only where the CPU has AVX2.
-  GRADCOMP_TARGET_AVX2 static void encode_avx2(const config& c, const meta& m, const float* x, std::size_t n,
-                                                         code_type* out) {
-    const __m256 inv = _mm256_set1_ps(m.inv), lo = _mm256_set1_ps(-max), hi = _mm256_set1_ps(max);
-    const bool scaled = c.group != 0;
-    std::size_t i = 0;
-    for (; i + 32 <= n; i += 32) {
-      __m256i codes[4];
-      for (std::size_t q = 0; q < 4; ++q) {
-        __m256 y = _mm256_loadu_ps(x + i + 8 * q);
-        // clamp_float(x * inv, -max, max): a max then a min, as the max returns its second
-        // operand for NaN, which sends NaN to -max, as there (A/B 0.97x scaled compress time)
-        if (scaled) y = _mm256_min_ps(_mm256_max_ps(_mm256_mul_ps(y, inv), lo), hi);
-        codes[q] = detail::fp8_bits_from_float_avx2<e4m3>(y);
-      }
-      detail::store_codes32_avx2(codes[0], codes[1], codes[2], codes[3], out + i);
-    }
-    // The tails count to n % step, not to n: inlined with a constant n, GCC 12 reports the
-    // form `for (; i < n; ++i)` as -Waggressive-loop-optimizations (on by default).
-    for (std::size_t t = 0; t < n % 32; ++t) out[i + t] = encode(c, m, x[i + t], 0);
-  }
-
-  // decode() of codes[0, n) into out[0, n), eight at a time with F16C (part of the AVX2
-  // version's ISA): the same floats.
-  template <bool Streaming = false>
-  GRADCOMP_TARGET_AVX2 static void decode_avx2(const config& c, const meta& m, const code_type* codes, std::size_t n,
-                                              float* out) {
-    const bool scaled = c.group != 0;
-    const __m256 scale = _mm256_set1_ps(f16c_scale(c, m));
-    std::size_t i = 0;
-    for (; i + 8 <= n; i += 8) detail::store8_avx2<Streaming>(out + i, decode8_f16c(codes + i, scale, scaled));
-    for (std::size_t t = 0; t < n % 8; ++t) out[i + t] = decode(c, m, codes[i + t]);
-  }
-
-  // decode_avx2 added to sum[0, n) in the same pass, NaN canonical as canonical_nan makes it.
-  GRADCOMP_TARGET_AVX2 static void accumulate_avx2(const config& c, const meta& m, const code_type* codes, std::size_t n,
-                                                  float* sum) {
-    const bool scaled = c.group != 0;
-    const __m256 scale = _mm256_set1_ps(f16c_scale(c, m));
-    std::size_t i = 0;
-    for (; i + 8 <= n; i += 8) {
-      const __m256 v = _mm256_add_ps(_mm256_loadu_ps(sum + i), decode8_f16c(codes + i, scale, scaled));
-      _mm256_storeu_ps(sum + i, detail::canonical_nan_avx2(v));
-    }
-    for (std::size_t t = 0; t < n % 8; ++t) sum[i + t] = canonical_nan(sum[i + t] + decode(c, m, codes[i + t]));
-  }
-
- private:
-  // With F16C both formats go through IEEE half floats, which vcvtph2ps converts exactly
-  // (subnormal halves become normal floats, whatever DAZ says):
-  // - an E5M2 code is the high byte of the half of the same value (subnormals, infinities and
-  //   signed zeros included); only NaN is made canonical;
-  // - an E4M3 code's exponent and mantissa bits, moved into a half's low exponent bits and top
-  //   mantissa bits, are a half 2^-8 times the code's value, subnormal codes too (the half
-  //   exponent bias is 15, E4M3's 7); the product with 2^8, or with 2^8 * s when scaled, is
-  //   exact and rounds once, so it has v * s's bits (FTZ included). NaN codes become the
-  //   half NaN 0x7e00, which converts to the canonical float NaN and stays it in the product.
-  // The products need no canonical_nan: x86 multiplies return a NaN operand as it is, and a
-  // checked scale (finite, with max * scale finite) makes no other NaN.
-  // About half the instructions of the integer path (the halves are built in 128-bit lanes).
-  __attribute__((target(GRADCOMP_AVX2_ISA), always_inline)) static __m256 decode8_f16c(const code_type* codes,
-                                                                                       __m256 scale, bool scaled) {
-    const __m128i w = _mm_cvtepu8_epi16(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(codes)));
-    if constexpr (e4m3) {
-      const __m128i t = _mm_slli_epi16(w, 7);  // sign in bit 14, magnitude in bits 13..7
-      const __m128i half = _mm_add_epi16(t, _mm_and_si128(t, _mm_set1_epi16(0x4000)));  // sign carried to bit 15
-      const __m128i is_nan = _mm_cmpeq_epi16(_mm_and_si128(t, _mm_set1_epi16(0x7f << 7)), _mm_set1_epi16(0x7f << 7));
-      return _mm256_mul_ps(_mm256_cvtph_ps(_mm_blendv_epi8(half, _mm_set1_epi16(0x7e00), is_nan)), scale);
-    } else {
-      __m256 v = _mm256_cvtph_ps(_mm_slli_epi16(w, 8));
-      v = _mm256_blendv_ps(v, _mm256_castsi256_ps(_mm256_set1_epi32(0x7fc00000)), _mm256_cmp_ps(v, v, _CMP_UNORD_Q));
-      return scaled ? _mm256_mul_ps(v, scale) : v;
-    }
-  }
-  // the multiplier of decode8_f16c's halves
-  static float f16c_scale(const config& c, const meta& m) {
-    return e4m3 ? 0x1p8f * (c.group != 0 ? m.scale : 1.0f) : m.scale;
-  }
-
- public:
-#endif
 
   GRADCOMP_HD static float decode(const config& c, const meta& m, code_type code) {
     const float v = e4m3 ? float_from_fp8_e4m3_bits(code) : float_from_fp8_e5m2_bits(code);
@@ -228,4 +129,5 @@ struct fp8 {
 using fp8_e4m3 = fp8<fp8_format::e4m3>;
 using fp8_e5m2 = fp8<fp8_format::e5m2>;
 
+GRADCOMP_PRECISE_END
 }  // namespace gradcomp::quantize

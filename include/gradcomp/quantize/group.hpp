@@ -10,6 +10,7 @@
 #include "../core/status.hpp"
 
 namespace gradcomp::quantize {
+GRADCOMP_PRECISE_BEGIN
 
 enum class rounding : std::uint8_t {
   nearest,     // round to nearest, ties to even: deterministic, biased by at most half a step
@@ -54,4 +55,5 @@ GRADCOMP_HD inline status check_scale(float scale, float levels) {
   return {};
 }
 
+GRADCOMP_PRECISE_END
 }  // namespace gradcomp::quantize

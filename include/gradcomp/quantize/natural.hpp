@@ -33,6 +33,7 @@
 #include "../core/philox.hpp"
 
 namespace gradcomp::quantize {
+GRADCOMP_PRECISE_BEGIN
 
 struct natural {
   using policy_kind = quantizer_tag;
@@ -69,37 +70,7 @@ struct natural {
     return bits_float(detail::select((c & 0xffu) == 0xffu, 0x7fc00000u, c << 23));
   }
 
-#if GRADCOMP_CPU_DISPATCH
-  // decode() of eight codes in 32-bit lanes: a code's bits shifted up 23 are its float's.
-  __attribute__((target("avx2"), always_inline)) static __m256 decode8_avx2(__m256i c) {
-    const __m256i exponent = _mm256_set1_epi32(0xff);
-    const __m256i reserved = _mm256_cmpeq_epi32(_mm256_and_si256(c, exponent), exponent);
-    return _mm256_castsi256_ps(_mm256_blendv_epi8(_mm256_slli_epi32(c, 23), _mm256_set1_epi32(0x7fc00000), reserved));
-  }
-
-  // decode of the packed codes at in, eight at a time straight from their 9 bytes while a
-  // 16-byte read stays within `available` bytes; returns how many were written (a multiple of
-  // 8). Through 16-bit codes unpacked into a buffer, decompress took 1.55x the time.
-  template <bool Streaming = false>
-  GRADCOMP_TARGET_AVX2 static std::size_t decode_packed_avx2(const config&, const meta&, const std::byte* in,
-                                                             std::size_t n, std::size_t available, float* out) {
-    std::size_t i = 0;
-    for (; i + 8 <= n && i / 8 * 9 + 16 <= available; i += 8)
-      detail::store8_avx2<Streaming>(out + i, decode8_avx2(detail::unpack9x8_avx2(in + i / 8 * 9)));
-    return i;
-  }
-
-  // decode() added to sum[0, n) in the same pass, NaN canonical as canonical_nan makes it.
-  GRADCOMP_TARGET_AVX2 static void accumulate_avx2(const config& c, const meta& m, const code_type* codes, std::size_t n,
-                                                  float* sum) {
-    std::size_t i = 0;
-    for (; i + 8 <= n; i += 8) {
-      const __m256 v = decode8_avx2(_mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(codes + i))));
-      _mm256_storeu_ps(sum + i, detail::canonical_nan_avx2(_mm256_add_ps(_mm256_loadu_ps(sum + i), v)));
-    }
-    for (std::size_t t = 0; t < n % 8; ++t) sum[i + t] = canonical_nan(sum[i + t] + decode(c, m, codes[i + t]));
-  }
-#endif
 };
 
+GRADCOMP_PRECISE_END
 }  // namespace gradcomp::quantize

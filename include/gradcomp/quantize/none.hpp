@@ -7,6 +7,7 @@
 #include "../core/concepts.hpp"
 
 namespace gradcomp::quantize {
+GRADCOMP_PRECISE_BEGIN
 
 struct none : ungrouped_quantizer {
   using code_type = std::uint32_t;
@@ -19,4 +20,5 @@ struct none : ungrouped_quantizer {
   GRADCOMP_HD static float decode(const config&, const meta&, code_type c) { return bits_float(c); }
 };
 
+GRADCOMP_PRECISE_END
 }  // namespace gradcomp::quantize

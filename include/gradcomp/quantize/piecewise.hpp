@@ -60,15 +60,11 @@
 #include "../core/concepts.hpp"
 #include "../core/reduce.hpp"
 #include "../core/rounding.hpp"
-#include "../core/table16.hpp"
-#include "../cpu/dispatch.hpp"
 #include "group.hpp"
 
-#if GRADCOMP_CPU_DISPATCH
-#include <immintrin.h>
-#endif
 
 namespace gradcomp::quantize {
+GRADCOMP_PRECISE_BEGIN
 
 template <unsigned Bits = 4>
 struct piecewise {
@@ -157,24 +153,6 @@ struct piecewise {
     return derive(max, best);
   }
 
-#if GRADCOMP_CPU_DISPATCH
-  // fit() of eight whole groups of gs values with AVX2: the same metas, in about half the time.
-  // The search runs the same operations on |x|, eight values per vector: each step is odd or
-  // even in x, so the errors are the same floats. In a group with a finite maximum, q and j are
-  // >= 0 and not NaN, so q's clamp is a min, and j's is not needed (a tail level is picked only
-  // where j < T). The first level of each error sum is added in vectors, the rest by tree_sum's
-  // tree_levels, so every sum has tree_sum's bits. Groups of 8, and groups holding NaN or inf,
-  // take fit().
-  GRADCOMP_TARGET_AVX2 static void fit8_avx2(const config& c, const float* x, std::size_t gs, meta* metas) {
-    alignas(32) std::uint32_t maxima[8];
-    _mm256_store_si256(reinterpret_cast<__m256i*>(maxima), detail::max_abs8_avx2(x, gs));
-    for (std::size_t q = 0; q < 8; ++q) {
-      const float max = bits_float(maxima[q]);
-      metas[q] = gs >= 16 && max > 0.0f && is_finite_bits(maxima[q]) ? search_avx2(x + q * gs, gs, max)
-                                                                       : fit(c, x + q * gs, gs);
-    }
-  }
-#endif
 
   GRADCOMP_HD static code_type encode(const config& c, const meta& m, float x, std::uint32_t random) {
     const parts s = split(m, x, random, c.round == rounding::stochastic);
@@ -192,31 +170,6 @@ struct piecewise {
     return level(m, s.q, s.j, s.tail, s.sign);
   }
 
-#if GRADCOMP_CPU_DISPATCH
-  // decode() of codes[0, n) into out[0, n) with AVX2, for up to 4 bits: the same floats. A code
-  // indexes a table of its group's 2^Bits decoded values (core/table16.hpp), a few
-  // instructions per value against some 30 for the arithmetic
-  // (a table read with lane permutes, with load_meta() building only what decode reads,
-  // measured 0.73-0.75x the time of the arithmetic). The table is level()'s arithmetic on the
-  // codes' constant parts, eight entries per vector (filled by 16 decode() calls instead,
-  // decompress took 1.1x the time). Wider codes keep the compressor's decode loop.
-  template <bool Streaming = false>
-  GRADCOMP_TARGET_AVX2 static void decode_avx2(const config& c, const meta& m, const code_type* codes, std::size_t n,
-                                              float* out)
-    requires(Bits <= 4)
-  {
-    detail::decode_by_table16<Streaming, piecewise>(table_avx2(m), c, m, codes, n, out);
-  }
-
-  // decode_avx2 added to sum[0, n) in the same pass, NaN canonical as canonical_nan makes it:
-  // piecewise<4> accumulate measured 0.78x the time of decoding a group into a buffer first.
-  GRADCOMP_TARGET_AVX2 static void accumulate_avx2(const config& c, const meta& m, const code_type* codes, std::size_t n,
-                                                  float* sum)
-    requires(Bits <= 4)
-  {
-    detail::accumulate_by_table16<piecewise>(table_avx2(m), c, m, codes, n, sum);
-  }
-#endif
 
   GRADCOMP_HD static void store_meta(const meta& m, std::byte* out) {
     store_le<std::uint32_t>(out, float_bits(m.max));
@@ -268,110 +221,6 @@ struct piecewise {
             (c & tail_levels) << (32 - (Bits - 1))};
   }
 
-#if GRADCOMP_CPU_DISPATCH
-  // level() of the codes of a group (taken modulo 2^Bits), as a detail::table16. Through two
-  // vpermps and a blend per eight codes (vpermps issues once per 4 cycles on Zen 1), piecewise<4>
-  // decompress took 1.43x the time and accumulate 1.22x (A/B on a Zen 1 VM).
-  __attribute__((target("avx2"), always_inline)) static detail::table16 table_avx2(const meta& m)
-    requires(Bits <= 4)
-  {
-    struct parts_columns {  // code_parts() of the table's codes, in make_table16_avx2's order
-      alignas(32) float q[16], j[16];
-      alignas(32) std::uint32_t tail[16], sign[16];  // tail: an all-ones mask
-    };
-    static constexpr parts_columns columns = [] {
-      parts_columns t{};
-      for (std::uint32_t at = 0; at < 16; ++at) {
-        const parts s = code_parts(detail::table16_code(at) & ((1u << Bits) - 1u));
-        t.q[at] = s.q;
-        t.j[at] = s.j;
-        t.tail[at] = s.tail ? 0xffffffffu : 0u;
-        t.sign[at] = s.sign;
-      }
-      return t;
-    }();
-    const auto column = [](const auto* at) __attribute__((always_inline, target("avx2"))) {
-      return _mm256_load_ps(reinterpret_cast<const float*>(at));
-    };
-    __m256 entries[2];
-    for (std::size_t r = 0; r < 2; ++r) {
-      const __m256 centre = _mm256_mul_ps(column(columns.q + 8 * r), _mm256_set1_ps(m.sc));
-      const __m256 magnitude =
-          _mm256_sub_ps(_mm256_set1_ps(m.max), _mm256_mul_ps(column(columns.j + 8 * r), _mm256_set1_ps(m.st)));
-      entries[r] = _mm256_blendv_ps(centre, _mm256_xor_ps(magnitude, column(columns.sign + 8 * r)),
-                                    column(columns.tail + 8 * r));
-    }
-    return detail::make_table16_avx2(entries[0], entries[1]);
-  }
-
-  // fit()'s search over a group of n values (a power of two >= 16) whose maximum |x| is finite
-  // and positive; see fit8_avx2.
-  GRADCOMP_TARGET_AVX2 static meta search_avx2(const float* x, std::size_t n, float max) {
-    const std::size_t half = n / 2;
-    const __m256 magnitude_mask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
-    const __m256 top = _mm256_set1_ps(max), pre = _mm256_set1_ps(pow2_normalizer(max)),
-                 lc = _mm256_set1_ps(static_cast<float>(centre_levels)),
-                 lt = _mm256_set1_ps(static_cast<float>(tail_levels));
-    // derive()'s steps of the candidates, eight at a time (the same operations, so the same bits;
-    // 16 scalar derive() calls, 64 divisions, took about a tenth of the search)
-    alignas(32) float step[5][candidates];  // p, sc, st, inv_sc, inv_st
-    const __m256 infinity = _mm256_set1_ps(__builtin_inff());
-    const auto inverse8 = [&](__m256 s) __attribute__((always_inline, target("avx2"))) {  // inverse()
-      const __m256 r = _mm256_div_ps(_mm256_set1_ps(1.0f), s);
-      const __m256 ok = _mm256_and_ps(_mm256_and_ps(_mm256_cmp_ps(s, _mm256_setzero_ps(), _CMP_GT_OQ),
-                                                    _mm256_cmp_ps(s, infinity, _CMP_LT_OQ)),
-                                      _mm256_cmp_ps(r, infinity, _CMP_LT_OQ));
-      return _mm256_and_ps(r, ok);
-    };
-    for (std::size_t h = 0; h < candidates; h += 8) {
-      const __m256 k = _mm256_cvtepi32_ps(_mm256_add_epi32(_mm256_set1_epi32(static_cast<int>(h) + 1),
-                                                           _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7)));
-      const __m256 p = _mm256_mul_ps(top, _mm256_mul_ps(k, _mm256_set1_ps(fraction_step)));
-      const __m256 sc = _mm256_div_ps(p, lc), st = _mm256_div_ps(_mm256_sub_ps(top, p), lt);
-      _mm256_store_ps(step[0] + h, p);
-      _mm256_store_ps(step[1] + h, sc);
-      _mm256_store_ps(step[2] + h, st);
-      _mm256_store_ps(step[3] + h, inverse8(_mm256_mul_ps(sc, pre)));
-      _mm256_store_ps(step[4] + h, inverse8(_mm256_mul_ps(st, pre)));
-    }
-    // |x|, |x| pre and (M - |x|) pre, the same for every candidate, computed once (0.85x the
-    // compress time of computing them per candidate)
-    alignas(32) float magnitudes[3][max_tree_sum];
-    for (std::size_t i = 0; i < n; i += 8) {
-      const __m256 a = _mm256_and_ps(_mm256_loadu_ps(x + i), magnitude_mask);
-      _mm256_store_ps(magnitudes[0] + i, a);
-      _mm256_store_ps(magnitudes[1] + i, _mm256_mul_ps(a, pre));
-      _mm256_store_ps(magnitudes[2] + i, _mm256_mul_ps(_mm256_sub_ps(top, a), pre));
-    }
-    float v[max_tree_sum / 2];
-    float errs[candidates];
-    for (std::uint8_t k = 1; k <= candidates; ++k) {
-      const __m256 p = _mm256_set1_ps(step[0][k - 1]), sc = _mm256_set1_ps(step[1][k - 1]),
-                   st = _mm256_set1_ps(step[2][k - 1]), inv_sc = _mm256_set1_ps(step[3][k - 1]),
-                   inv_st = _mm256_set1_ps(step[4][k - 1]);
-      // split(), level() and fit()'s squared error of eight values, on a = |x|. Rounding y and t
-      // to even in one instruction gives round_even's result, as both stay far below 2^22.
-      const auto squared_error = [&](std::size_t at) __attribute__((always_inline, target("avx2"))) {
-        const __m256 a = _mm256_load_ps(magnitudes[0] + at);
-        const __m256 y = _mm256_mul_ps(_mm256_load_ps(magnitudes[1] + at), inv_sc);
-        const __m256 q = _mm256_min_ps(_mm256_round_ps(y, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC), lc);
-        const __m256 t = _mm256_mul_ps(_mm256_load_ps(magnitudes[2] + at), inv_st);
-        const __m256 j = _mm256_round_ps(t, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-        const __m256 tail = _mm256_and_ps(_mm256_cmp_ps(a, p, _CMP_GT_OQ), _mm256_cmp_ps(j, lt, _CMP_LT_OQ));
-        const __m256 centre = _mm256_mul_ps(q, sc);
-        const __m256 outer = _mm256_sub_ps(top, _mm256_mul_ps(j, st));
-        const __m256 d = _mm256_mul_ps(_mm256_sub_ps(a, _mm256_blendv_ps(centre, outer, tail)), pre);
-        return _mm256_mul_ps(d, d);
-      };
-      for (std::size_t i = 0; i < half; i += 8)
-        _mm256_storeu_ps(v + i, _mm256_add_ps(squared_error(i), squared_error(half + i)));
-      errs[k - 1] = detail::tree_levels(v, half);
-    }
-    std::uint8_t best = 1;  // as in fit(); without a branch per candidate (mispredicted, measured 1.1x the time)
-    for (std::uint8_t k = 2; k <= candidates; ++k) best = errs[k - 1] < errs[best - 1] ? k : best;
-    return derive(max, best);
-  }
-#endif
 
   // The decoded value of split()'s result, by the operations decode() uses: the same bits.
   GRADCOMP_HD static float value(const meta& m, const parts& s) { return level(m, s.q, s.j, s.tail, s.sign); }
@@ -399,5 +248,6 @@ struct piecewise {
   }
 };
 
+GRADCOMP_PRECISE_END
 }  // namespace gradcomp::quantize
 

@@ -37,11 +37,10 @@
 #include "../core/concepts.hpp"
 #include "../core/reduce.hpp"
 #include "../core/rounding.hpp"
-#include "../core/table16.hpp"
-#include "../cpu/dispatch.hpp"
 #include "group.hpp"
 
 namespace gradcomp::quantize {
+GRADCOMP_PRECISE_BEGIN
 
 template <unsigned Bits = 4>
 struct qsgd {
@@ -117,26 +116,6 @@ struct qsgd {
     return bits_float(float_bits(magnitude) | (static_cast<std::uint32_t>(code >> (Bits - 1)) << 31));
   }
 
-#if GRADCOMP_CPU_DISPATCH
-  // decode() of codes[0, n) into out[0, n) through a table of the group's 16 decoded values
-  // (core/table16.hpp) filled by decode() itself: the same floats. Against the compressor's
-  // loop, qsgd<4> decompress took 0.58x the time, accumulate 0.80x.
-  template <bool Streaming = false>
-  GRADCOMP_TARGET_AVX2 static void decode_avx2(const config& c, const meta& m, const code_type* codes, std::size_t n,
-                                              float* out)
-    requires(Bits <= 4)
-  {
-    detail::decode_by_table16<Streaming, qsgd>(detail::table16_of_decode<qsgd>(c, m), c, m, codes, n, out);
-  }
-
-  // decode_avx2 added to sum[0, n) in the same pass, NaN canonical as canonical_nan makes it.
-  GRADCOMP_TARGET_AVX2 static void accumulate_avx2(const config& c, const meta& m, const code_type* codes, std::size_t n,
-                                                  float* sum)
-    requires(Bits <= 4)
-  {
-    detail::accumulate_by_table16<qsgd>(detail::table16_of_decode<qsgd>(c, m), c, m, codes, n, sum);
-  }
-#endif
 
   // NaN canonical: a poisoned group's norm is NaN arithmetic, whose bits differ by backend.
   GRADCOMP_HD static void store_meta(const meta& m, std::byte* out) {
@@ -179,4 +158,5 @@ struct qsgd {
 
 };
 
+GRADCOMP_PRECISE_END
 }  // namespace gradcomp::quantize

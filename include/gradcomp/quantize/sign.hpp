@@ -25,15 +25,11 @@
 #include "../core/byteio.hpp"
 #include "../core/concepts.hpp"
 #include "../core/reduce.hpp"
-#include "../core/table16.hpp"
-#include "../cpu/dispatch.hpp"
 #include "group.hpp"
 
-#if GRADCOMP_CPU_DISPATCH
-#include <immintrin.h>
-#endif
 
 namespace gradcomp::quantize {
+GRADCOMP_PRECISE_BEGIN
 
 struct sign {
   using policy_kind = quantizer_tag;
@@ -70,38 +66,6 @@ struct sign {
     return m;
   }
 
-#if GRADCOMP_CPU_DISPATCH
-  // fit() of eight whole groups of gs values (a multiple of 8) with AVX2: the same scales.
-  // Each group's tree sum of |x| runs tree_sum's additions level by level, operand for
-  // operand: the levels of stride 8 and more on whole vectors, the last three (strides 4, 2
-  // and 1) for the eight groups at once by detail::tree_levels8_avx2 (scalar adds in fit()).
-  // Groups of 8, and groups whose mean is not finite (NaN, infinity, an overflowing
-  // sum), take fit().
-  GRADCOMP_TARGET_AVX2 static void fit8_avx2(const config& c, const float* x, std::size_t gs, meta* metas) {
-    if (gs < 16) {
-      for (std::size_t q = 0; q < 8; ++q) metas[q] = fit(c, x + q * gs, gs);
-      return;
-    }
-    const __m256 magnitude = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
-    alignas(32) float v[max_tree_sum / 2];
-    __m256 sums[8];  // group q's v[0, 8) after the levels of stride 8 and more
-    for (std::size_t q = 0; q < 8; ++q) {
-      const float* g = x + q * gs;
-      std::size_t p = gs / 2;
-      for (std::size_t i = 0; i < p; i += 8)
-        _mm256_store_ps(v + i, _mm256_add_ps(_mm256_and_ps(_mm256_loadu_ps(g + i), magnitude),
-                                             _mm256_and_ps(_mm256_loadu_ps(g + p + i), magnitude)));
-      for (; p > 8; p /= 2)
-        for (std::size_t i = 0; i < p / 2; i += 8)
-          _mm256_store_ps(v + i, _mm256_add_ps(_mm256_load_ps(v + i), _mm256_load_ps(v + p / 2 + i)));
-      sums[q] = _mm256_load_ps(v);
-    }
-    alignas(32) float means[8];
-    _mm256_store_ps(means, _mm256_div_ps(detail::tree_levels8_avx2(sums), _mm256_set1_ps(static_cast<float>(gs))));
-    for (std::size_t q = 0; q < 8; ++q)
-      metas[q] = is_finite_bits(float_bits(means[q])) ? meta{means[q]} : fit(c, x + q * gs, gs);
-  }
-#endif
 
   GRADCOMP_HD static code_type encode(const config&, const meta&, float x, std::uint32_t) {
     return static_cast<code_type>(x < 0.0f ? 1u : 0u);
@@ -111,18 +75,6 @@ struct sign {
     return bits_float(float_bits(m.scale) | (static_cast<std::uint32_t>(code & 1u) << 31));
   }
 
-#if GRADCOMP_CPU_DISPATCH
-  // decode() of codes[0, n) into out[0, n) through a table of the group's decoded values
-  // (core/table16.hpp) filled by decode() itself: the same floats. Against the compressor's
-  // loop, sign decompress took 0.90x the time. (Accumulate through the table took 1.31x the
-  // time of the compressor's loop, which sign's one-bit codes suit, so sign has no
-  // accumulate_avx2.)
-  template <bool Streaming = false>
-  GRADCOMP_TARGET_AVX2 static void decode_avx2(const config& c, const meta& m, const code_type* codes, std::size_t n,
-                                              float* out) {
-    detail::decode_by_table16<Streaming, sign>(detail::table16_of_decode<sign>(c, m), c, m, codes, n, out);
-  }
-#endif
 
   // NaN canonical: a poisoned group's mean is NaN arithmetic, whose bits differ by backend.
   GRADCOMP_HD static void store_meta(const meta& m, std::byte* out) {
@@ -136,4 +88,5 @@ struct sign {
   GRADCOMP_HD static status check_meta(const config&, const meta& m) { return check_scale(m.scale, 1.0f); }
 };
 
+GRADCOMP_PRECISE_END
 }  // namespace gradcomp::quantize

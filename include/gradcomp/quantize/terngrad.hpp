@@ -27,11 +27,10 @@
 #include "../core/concepts.hpp"
 #include "../core/reduce.hpp"
 #include "../core/rounding.hpp"
-#include "../core/table16.hpp"
-#include "../cpu/dispatch.hpp"
 #include "group.hpp"
 
 namespace gradcomp::quantize {
+GRADCOMP_PRECISE_BEGIN
 
 struct terngrad {
   using policy_kind = quantizer_tag;
@@ -82,22 +81,6 @@ struct terngrad {
     return bits_float(float_bits(magnitude) | (static_cast<std::uint32_t>((code >> 1) & 1u) << 31));
   }
 
-#if GRADCOMP_CPU_DISPATCH
-  // decode() of codes[0, n) into out[0, n) through a table of the group's 16 decoded values
-  // (core/table16.hpp) filled by decode() itself: the same floats. Against the compressor's
-  // loop, terngrad decompress took 0.66x the time, accumulate 0.80x.
-  template <bool Streaming = false>
-  GRADCOMP_TARGET_AVX2 static void decode_avx2(const config& c, const meta& m, const code_type* codes, std::size_t n,
-                                              float* out) {
-    detail::decode_by_table16<Streaming, terngrad>(detail::table16_of_decode<terngrad>(c, m), c, m, codes, n, out);
-  }
-
-  // decode_avx2 added to sum[0, n) in the same pass, NaN canonical as canonical_nan makes it.
-  GRADCOMP_TARGET_AVX2 static void accumulate_avx2(const config& c, const meta& m, const code_type* codes, std::size_t n,
-                                                  float* sum) {
-    detail::accumulate_by_table16<terngrad>(detail::table16_of_decode<terngrad>(c, m), c, m, codes, n, sum);
-  }
-#endif
 
   GRADCOMP_HD static void store_meta(const meta& m, std::byte* out) { store_le<std::uint32_t>(out, float_bits(m.scale)); }
   GRADCOMP_HD static meta load_meta(const std::byte* in) {
@@ -108,4 +91,5 @@ struct terngrad {
   GRADCOMP_HD static status check_meta(const config&, const meta& m) { return check_scale(m.scale, 1.0f); }
 };
 
+GRADCOMP_PRECISE_END
 }  // namespace gradcomp::quantize

@@ -1,0 +1,290 @@
+#pragma once
+// The CPU executor of engine/flow.hpp: a chunk at a time (select, encode, seal back to back,
+// while the chunk is in cache), on the calling thread, in the caller's gradcomp::state.
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <span>
+
+#include "../core/bits.hpp"
+#include "../core/byteio.hpp"
+#include "../core/frame.hpp"
+#include "../core/index_codec.hpp"
+#include "../core/permutation.hpp"
+#include "../engine/feedback.hpp"
+#include "../engine/flow.hpp"
+#include "../engine/frame_checks.hpp"
+#include "../state.hpp"
+#include "decode.hpp"
+#include "encode.hpp"
+#include "row_topk.hpp"
+#include "stores.hpp"
+#include "threshold_select.hpp"
+#include "topk_select.hpp"
+
+namespace gradcomp::cpu {
+
+struct executor {
+  using state_type = state;
+  using compress_result = result<std::size_t>;
+
+  // --- Memory of a composition's state (compressor::make_state).
+
+  // Scratch of the selection for a chunk of c elements.
+  template <class C>
+  static std::size_t selector_bytes(const C& comp, std::size_t c) {
+    if constexpr (C::kind == selection::exact_topk) return topk_selector::workspace_bytes(c);
+    if constexpr (C::kind == selection::threshold) return threshold_selector::workspace_bytes(comp.get_config().sparsify, c);
+    if constexpr (C::kind == selection::row_topk) return row_topk_selector::workspace_bytes(comp.get_config().sparsify.cols);
+    return 0;
+  }
+  // Workspace for gradients of n elements: the selection's scratch for the largest chunk,
+  // then room for its indices.
+  template <class C>
+  static std::size_t workspace_bytes(const C& comp, std::size_t n) {
+    if constexpr (C::dense) {
+      return 0;
+    } else {
+      // (An invalid partition plan cannot be asked for chunks; compress refuses it anyway.)
+      const std::size_t c = C::partitioner::validate(comp.get_config().partition) ? comp.largest_chunk(n) : n;
+      return align8(selector_bytes(comp, c)) + 4 * C::sparsifier::kept(comp.get_config().sparsify, c);
+    }
+  }
+
+  // --- Compression.
+
+  template <class C>
+  status check_state(const C& comp, const state& st, std::size_t n) const {
+    if (n != st.size) return {errc::size_mismatch, "gradient size differs from the state's"};
+    if (C::feedback::has_state && st.residual.size() != st.size) return {errc::size_mismatch, "state has no residual"};
+    if (C::has_momentum && st.momentum.size() != st.size) return {errc::size_mismatch, "state has no momentum"};
+    if (C::kind == selection::threshold && st.thresholds.size() < comp.chunk_slots(st.size))
+      return {errc::size_mismatch, "state has no thresholds: use make_state()"};
+    if (st.workspace.size() < workspace_bytes(comp, st.size))
+      return {errc::size_mismatch, "state workspace too small for this config: use make_state()"};
+    return {};
+  }
+  template <class C>
+  status check_memory(const C&, std::size_t, const engine::chunk_span&, std::span<std::byte>) const {
+    return {};  // the state's workspace was checked with it; the payload may have any alignment
+  }
+  template <class C, class T>
+  status reject_non_finite(const C& comp, std::span<const T> grad, const engine::chunk_span& chunks) const {
+    for (std::size_t i = chunks.first; i < chunks.first + chunks.count; ++i) {
+      const chunk_range r = comp.template chunk<T>(grad.size(), i);
+      for (std::size_t j = r.offset; j < r.offset + r.count; ++j)
+        if (!is_finite_bits(float_bits(to_float(grad[j])))) return {errc::non_finite_value, "gradient holds NaN or inf"};
+    }
+    return {};
+  }
+
+  template <class C, class T>
+  struct compress_job {
+    const C& comp;
+    std::span<const T> grad;
+    state& st;
+    std::span<std::byte> payload;
+    engine::chunk_span chunks;
+    bool streaming;            // non-temporal stores: the frames together would not stay in cache
+    std::size_t written = 0;   // payload bytes so far
+    frame::header h{};         // the current chunk's frame
+    std::uint32_t* idx = nullptr;  // its kept indices (sparse)
+    std::uint32_t values_crc = 0;
+  };
+
+  template <class C, class T>
+  compress_job<C, T> start_compress(const C& comp, std::span<const T> grad, state& st, std::span<std::byte> payload,
+                                    const engine::chunk_span& chunks) const {
+    return {comp, grad, st, payload, chunks, streaming_stores(comp.get_config().stores, chunks.payload_bytes)};
+  }
+  template <class J>
+  std::size_t chunks_per_batch(const J&) const {
+    return 1;
+  }
+
+  template <class C, class T>
+  void select(compress_job<C, T>& job, std::size_t i, std::size_t) const {
+    start_frame(job, i);
+    job.idx = reinterpret_cast<std::uint32_t*>(job.st.workspace.data() + align8(selector_bytes(job.comp, job.h.dense_count)));
+    const std::size_t kept = select_indices(job, job.idx);
+    frame::header& h = job.h;
+    if (kept != h.kept_count) {  // threshold and row top-k: a data-dependent count
+      const frame::header sized = job.comp.layout(kept, h.dense_count);
+      h.kept_count = kept;
+      h.meta_bytes = sized.meta_bytes;
+      h.index_bytes = sized.index_bytes;
+      h.value_bytes = sized.value_bytes;
+    }
+    std::byte* const f = job.payload.data() + job.written;
+    std::byte* const section = f + h.index_offset();  // (after the meta section, whose size is fixed by now)
+    const auto& cfg = job.comp.get_config();
+    if constexpr (C::listed) {
+      const indices::encoding enc = indices::choose(job.idx, kept, h.dense_count, cfg.compact_indices);
+      h.indices = enc.format;
+      h.index_bytes = enc.bytes;
+      indices::write(enc, job.idx, kept, h.dense_count, section);
+    } else {
+      store_le<std::uint32_t>(section, cfg.seed);
+      store_le<std::uint32_t>(section + 4, 0);
+    }
+  }
+
+  template <class C, class T>
+  void encode(compress_job<C, T>& job, std::size_t i, std::size_t) const {
+    using F = typename C::feedback;
+    using Q = typename C::quantizer;
+    if constexpr (C::dense) start_frame(job, i);
+    const frame::header& h = job.h;
+    std::byte* const f = job.payload.data() + job.written;
+    frame::zero_padding(h, f);
+    const auto fb = feedback_of(job);
+    const auto& cfg = job.comp.get_config();
+    const value_section<Q> s{cfg.quantize, f + h.meta_offset(), f + h.value_offset(), h.kept_count, job.streaming,
+                             cfg.seed, h.step, h.chunk_id};
+    constexpr bool feeds_back = F::has_state;
+    const auto load = [&](std::size_t m0, std::size_t n, float* xs) -> const float* {
+      if constexpr (!C::dense) {
+        for (std::size_t m = 0; m < n; ++m) xs[m] = fb.value(job.idx[m0 + m]);  // x was stored by the selection's scan
+      } else if constexpr (std::is_same_v<T, float> && !feeds_back && !C::has_momentum) {
+        return fb.g + m0;  // the gradient itself: no copy
+      } else {
+        for (std::size_t m = 0; m < n; ++m) xs[m] = fb.peek(m0 + m);
+      }
+      return xs;
+    };
+    const auto keep = [&](std::size_t m0, std::size_t n, const float* xs, const float* decoded) {
+      for (std::size_t m = 0; m < n; ++m) fb.sent(C::dense ? m0 + m : job.idx[m0 + m], xs[m], decoded[m]);
+    };
+    job.values_crc = encode_values<Q, feeds_back>(s, load, keep);
+  }
+
+  template <class C, class T>
+  void seal(compress_job<C, T>& job, std::size_t, std::size_t) const {
+    const frame::header& h = job.h;
+    const std::span<std::byte> f = job.payload.subspan(job.written, h.frame_bytes());
+    frame::write_header(h, f.data());
+    // the body is [meta, indices, their padding] then [values, padding]; the values' CRC was
+    // taken as they were written
+    const std::size_t end = h.value_offset() + h.value_bytes;
+    const std::uint32_t values_crc = crc32c(std::span<const std::byte>(f.data() + end, align8(end) - end), job.values_crc);
+    frame::seal(f, h.value_offset(), values_crc);
+    job.written += h.frame_bytes();
+  }
+
+  template <class C, class T>
+  compress_result finish_compress(compress_job<C, T>& job) const {
+    if (job.chunks.whole_buffer) ++job.st.step;
+    return job.written;
+  }
+
+  // --- Decoding.
+
+  template <class C, class T>
+  status check_decode_memory(const C&, std::span<const std::byte>, std::span<T>) const {
+    return {};
+  }
+
+  template <class C, class T>
+  struct decode_job {
+    const C& comp;
+    std::span<const std::byte> payload;
+    std::span<T> out;
+    bool add;
+    bool streaming = false;
+  };
+
+  template <class C, class T>
+  decode_job<C, T> start_decode(const C& comp, std::span<const std::byte> payload, std::span<T> out, bool add) const {
+    return {comp, payload, out, add};
+  }
+
+  template <class C, class T>
+  status validate_frames(decode_job<C, T>& job) const {
+    std::size_t dense = 0;  // elements the frames cover
+    for (std::size_t at = 0; at < job.payload.size();) {
+      const auto h = engine::check_frame(job.comp, job.payload.subspan(at), job.out.size());
+      if (!h) return h.error();
+      dense += h->dense_count;
+      at += h->frame_bytes();
+    }
+    // A dense decompress stores non-temporally when all it writes would not stay in cache,
+    // even if each frame's part would.
+    job.streaming = streaming_stores(job.comp.get_config().stores, dense * sizeof(T));
+    return {};
+  }
+
+  template <class C, class T>
+  void apply_frames(decode_job<C, T>& job) const {
+    for (std::size_t at = 0; at < job.payload.size();) {
+      const auto h = frame::parse(job.payload.subspan(at), false);
+      apply_frame<C>(job.comp.get_config(), *h, job.payload.data() + at, job.out.data(), job.add, job.streaming);
+      at += h->frame_bytes();
+    }
+  }
+
+  template <class C, class T>
+  status finish_decode(decode_job<C, T>&) const {
+    return {};
+  }
+
+ private:
+  // The header of chunk i's frame before selection (a u32 index list of the most it may keep).
+  template <class C, class T>
+  static void start_frame(compress_job<C, T>& job, std::size_t i) {
+    const chunk_range r = job.comp.template chunk<T>(job.grad.size(), i);
+    frame::header h = job.comp.layout(C::sparsifier::kept(job.comp.get_config().sparsify, r.count), r.count);
+    h.source_dtype = dtype_of<T>;
+    h.chunk_id = static_cast<std::uint32_t>(i);
+    h.step = job.st.step;
+    h.element_offset = r.offset;
+    job.h = h;
+  }
+
+  template <class C, class T>
+  static auto feedback_of(const compress_job<C, T>& job) {
+    using F = typename C::feedback;
+    const frame::header& h = job.h;
+    const T* g = job.grad.data() + h.element_offset;
+    float* e = F::has_state ? job.st.residual.data() + h.element_offset : nullptr;
+    float* u = C::has_momentum ? job.st.momentum.data() + h.element_offset : nullptr;
+    const auto& fc = job.comp.get_config().feedback;
+    return engine::element_feedback<F, T>{fc, g, e, u, engine::clip_factor<F>(fc, g, h.dense_count)};
+  }
+
+  // Selects the chunk's sent elements into idx; returns their count. With feedback the
+  // selection's scan stores x = combine(g, e) in e, where encode reads it.
+  template <class C, class T>
+  static std::size_t select_indices(compress_job<C, T>& job, std::uint32_t* idx) {
+    const frame::header& h = job.h;
+    const std::size_t count = h.dense_count;
+    const auto& cfg = job.comp.get_config();
+    const auto fb = feedback_of(job);
+    const std::span<std::byte> scratch(job.st.workspace.data(), align8(selector_bytes(job.comp, count)));
+    const auto peek_key = [&](std::size_t j) { return abs_key(fb.peek(j)); };
+    const auto scan_key = [&](std::size_t j) { return abs_key(fb.scan(j)); };  // x computed once, here
+    const auto key_at = [&](std::size_t j) { return abs_key(fb.value(j)); };
+    if constexpr (C::kind == selection::exact_topk) {
+      topk_selector(scratch, count, h.kept_count).select(peek_key, scan_key, key_at, idx);
+      return h.kept_count;
+    } else if constexpr (C::kind == selection::threshold) {
+      float& last = job.st.thresholds[h.chunk_id];
+      threshold_selector select(scratch, cfg.sparsify, count, cfg.seed, h.step, h.chunk_id, last);
+      const std::size_t kept = select.select(peek_key, scan_key, key_at, idx);
+      last = select.threshold();
+      return kept;
+    } else if constexpr (C::kind == selection::row_topk) {
+      return row_topk_selector(scratch, count, cfg.sparsify.cols, C::sparsifier::per_row(cfg.sparsify))
+          .select(scan_key, idx);
+    } else {
+      static_assert(C::kind == selection::random, "gradcomp::cpu: no selection for this sparsifier kind");
+      if constexpr (C::feedback::has_state)
+        for (std::size_t j = 0; j < count; ++j) (void)fb.scan(j);
+      const feistel_permutation pi(count, cfg.seed, h.step, h.chunk_id);
+      for (std::size_t m = 0; m < h.kept_count; ++m) idx[m] = pi(static_cast<std::uint32_t>(m));
+      return h.kept_count;
+    }
+  }
+};
+
+}  // namespace gradcomp::cpu
