@@ -38,6 +38,9 @@ struct decode_options {
   fallback unpeeled = fallback::median;
   // When not empty (bitmap_words(count) words): receives the bitmap of the peeled positions.
   std::span<std::uint32_t> peeled{};
+  // Rounds of peeling at most (0: until a round peels nothing). A GPU decode launches a fixed
+  // number of rounds without asking the host; the same bound here gives the same bits.
+  std::uint32_t max_rounds = 0;
 };
 
 // fp32 cells accumulate in place; bf16 cells need an fp32 accumulator of cells() floats.
@@ -115,7 +118,7 @@ result<peel_stats> decode(const geometry& g, std::span<const std::uint32_t> bitm
   detail::peel_prepare(g, bitmap, a);
   for (std::size_t row = 0; row < g.rows; ++row)  // to the lane-major order of the workspace
     for (std::size_t t = 0; t < g.block; ++t) a.cell[t * g.rows + row].residual = to_float(cells[row * g.block + t]);
-  const peel_stats st = detail::peel_run(g, true, a);
+  const peel_stats st = detail::peel_run(g, true, a, opt.max_rounds);
   // The output in element order, a tile at a time: zeros, then the tile's items (item i of lane
   // t comes next in lane t's list, so lane_next walks the lanes again).
   std::copy(a.lane_start, a.lane_start + g.block, a.lane_next);

@@ -183,8 +183,10 @@ inline std::uint32_t peel_prepare(const geometry& g, std::span<const std::uint32
 }
 
 // The schedule of lane t (independent of every other lane). With values, the cells' residuals
-// hold the sketch and a.value receives the peeled items' values.
-inline peel_stats peel_lane(const geometry& g, std::uint32_t t, bool values, const peel_arrays& a) {
+// hold the sketch and a.value receives the peeled items' values. At most max_rounds rounds
+// (0: until a round peels nothing).
+inline peel_stats peel_lane(const geometry& g, std::uint32_t t, bool values, const peel_arrays& a,
+                            std::uint32_t max_rounds) {
   const std::size_t c0 = std::size_t{t} * g.rows, c1 = c0 + g.rows;
   const std::uint32_t i0 = a.lane_start[t], i1 = a.lane_start[t + 1];
   cell_state* cs = a.cell;
@@ -207,7 +209,7 @@ inline peel_stats peel_lane(const geometry& g, std::uint32_t t, bool values, con
   std::fill(marks, marks + (i1 - i0 + 31) / 32, 0u);
   const cell_count live{cs};
   peel_stats st{i1 - i0, 0, 0};
-  while (head < tail) {
+  while (head < tail && (max_rounds == 0 || st.rounds < max_rounds)) {
     // Choose: reads the counts and residuals as they were at the start of the round.
     std::uint32_t lo = 0xffffffffu, hi = 0;  // marked words
     for (const std::size_t end = tail; head < end; ++head) {
@@ -253,10 +255,10 @@ inline peel_stats peel_lane(const geometry& g, std::uint32_t t, bool values, con
 }
 
 // All lanes; the rounds of the whole region are those of its slowest lane.
-inline peel_stats peel_run(const geometry& g, bool values, const peel_arrays& a) {
+inline peel_stats peel_run(const geometry& g, bool values, const peel_arrays& a, std::uint32_t max_rounds) {
   peel_stats total;
   for (std::uint32_t t = 0; t < g.block; ++t) {
-    const peel_stats st = peel_lane(g, t, values, a);
+    const peel_stats st = peel_lane(g, t, values, a, max_rounds);
     total.items += st.items;
     total.peeled += st.peeled;
     total.rounds = std::max(total.rounds, st.rounds);
@@ -287,16 +289,18 @@ inline std::size_t peel_workspace_bytes(const geometry& g, std::size_t items) {
 }
 
 // Which kept positions peel, from the bitmap and the geometry alone: `peelable` (a bitmap of
-// the region) gets the positions the value decode will recover whatever the cells hold.
+// the region) gets the positions the value decode will recover whatever the cells hold (with
+// the same max_rounds: 0 peels until a round peels nothing).
 inline result<peel_stats> structural_peel(const geometry& g, std::span<const std::uint32_t> bitmap,
-                                          std::span<std::byte> workspace, std::span<std::uint32_t> peelable) {
+                                          std::span<std::byte> workspace, std::span<std::uint32_t> peelable,
+                                          std::uint32_t max_rounds = 0) {
   const auto items = detail::check_peel_inputs(g, bitmap, workspace);
   if (!items) return items.error();
   if (peelable.size() != bitmap.size()) return status{errc::size_mismatch, "peelable bitmap differs from the bitmap"};
   detail::peel_arrays a;
   detail::peel_layout(g, *items, workspace.data(), a);
   const std::uint32_t n = detail::peel_prepare(g, bitmap, a);
-  const peel_stats st = detail::peel_run(g, false, a);
+  const peel_stats st = detail::peel_run(g, false, a, max_rounds);
   std::fill(peelable.begin(), peelable.end(), 0u);
   for (std::uint32_t i = 0; i < n; ++i)
     if (a.state[i] == 1) peelable[a.elem[i] / 32] |= 1u << (a.elem[i] % 32);
