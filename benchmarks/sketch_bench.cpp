@@ -12,6 +12,12 @@
 //   time_vs_memcpy    time per call / time of one memcpy of the 4n input bytes.
 //   median_ms         median time per call.
 //
+// tagc_rank/...: one rank's share of a TAGC step (W = 4, n = 1e7, default config): phase 0
+// (x = g + e, the threshold selection of every shard, the bitmap), phase 1 (every shard's sketch
+// and the decode of its own cells for error feedback), receive(1) (the peel decode of its shard).
+// tagc_wire/...: bytes on the wire and error of one reduce-scatter step of GPT-2 small
+// (tagc_wire.hpp), for fp32 and bf16 reduce-scatter, the TAGC v1 and TAGC-2 presets and ours.
+//
 // `gradcomp_sketch_bench --peel_curve` prints instead the peeling success curve (fraction of
 // kept items peeled against sketch cells per kept item) that docs/tagc.md shows.
 
@@ -30,6 +36,9 @@
 
 #include <gradcomp/core/murmur3.hpp>
 #include <gradcomp/sketch/count_sketch.hpp>
+#include <gradcomp/tagc/codec.hpp>
+
+#include "tagc_wire.hpp"
 
 namespace {
 
@@ -187,6 +196,75 @@ void bm_memcpy(benchmark::State& st, std::size_t n) {
   });
 }
 
+// One rank's phases of a TAGC step (the other ranks' buffers simulated once). Bytes: phase 0
+// reads g and e and writes e (12n) plus the bitmap; phase 1 reads x and the union, writes the
+// cells and e at the union (about 4n + cells); receive reads the shard's cells, writes 4n / W.
+void bm_tagc_rank(benchmark::State& st, std::size_t n, int which) {
+  setup& d = data(n);
+  namespace gt = gradcomp::tagc;
+  const gt::codec c;
+  std::vector<gt::state> ranks(world);
+  std::vector<std::vector<float>> g(world, std::vector<float>(n));
+  for (std::uint32_t r = 0; r < world; ++r) {
+    (void)c.make_state(n, world, r, ranks[r]);
+    for (std::size_t j = 0; j < n; ++j) g[r][j] = static_cast<float>(gradcomp::murmur3_u32(static_cast<std::uint32_t>(j), 50 + r)) * 0x1.0p-31f - 1.0f;
+  }
+  std::vector<std::byte> bits, cells;
+  for (std::size_t k = 0; k < 2; ++k) {  // every rank's phases, summed
+    const auto p = *c.describe(k, ranks[0]);
+    std::vector<std::byte> total(p.bytes()), mine(p.bytes());
+    for (std::uint32_t r = 0; r < world; ++r) {
+      (void)c.encode(k, g[r], ranks[r], r == 0 ? total : mine);
+      if (r > 0) tagc_wire::reduce_into(p, total, mine);
+    }
+    for (std::uint32_t r = 0; r < world && k == 0; ++r) (void)c.receive(0, ranks[r], total, {});
+    (k == 0 ? bits : cells) = total;
+  }
+  gt::state& s = ranks[0];
+  const auto p1 = *c.describe(1, s);
+  const std::span<const std::byte> shard = std::span<const std::byte>(cells).first(p1.shard_bytes());
+  std::vector<std::byte> out_cells(p1.bytes()), out_bits(bits.size());
+  std::vector<float> out(gradcomp::summable::shard_of(n, world, 0).count);
+  const double bytes = which == 0 ? 12.0 * n + bits.size() : which == 1 ? 4.0 * n + n / 8.0 + p1.bytes() : shard.size() + 4.0 * out.size();
+  measure(st, d, bytes, [&] {
+    if (which == 0) {
+      s.at = gt::stage::encode_bitmap;
+      (void)c.encode(0, g[0], s, out_bits);
+    } else if (which == 1) {
+      s.at = gt::stage::encode_sketch;
+      (void)c.encode(1, {}, s, out_cells);
+    } else {
+      s.at = gt::stage::receive_sketch;
+      (void)c.receive(1, s, shard, out);
+    }
+    benchmark::DoNotOptimize(out.data());
+  });
+  const gradcomp::sketch::peel_stats& ps = which == 1 ? s.own : s.stats;  // phase 1: its own cells
+  st.counters["peeled"] = static_cast<double>(ps.peeled) / std::max<double>(1.0, ps.items);
+}
+
+// One row of the wire table: counters only (Iterations(1); the step itself is not timed).
+void bm_wire(benchmark::State& st, std::uint32_t ranks, int variant, bool independent) {
+  const tagc_wire::world& w = tagc_wire::world_of(ranks, independent);
+  tagc_wire::figures f;
+  for (auto _ : st) {
+    namespace gt = gradcomp::tagc;
+    gt::config cfg;  // ours: adaptive sizing, OR bitmap, bf16 cells
+    if (variant == 2) cfg = gt::preset_v1();
+    if (variant == 3) cfg = gt::preset_tagc2();
+    if (variant == 5) cfg.bitmap = gt::bitmap_mode::sum_safe;
+    f = variant < 2 ? tagc_wire::cast_step(w, variant == 1) : tagc_wire::tagc_step(w, cfg);
+    st.SetIterationTime(1.0);
+  }
+  const double bf16 = tagc_wire::cast_step(w, true).bytes_per_rank;
+  st.counters["MB_per_rank"] = f.bytes_per_rank / 1e6;
+  st.counters["x_fewer_than_bf16"] = bf16 / f.bytes_per_rank;
+  st.counters["rel_error"] = f.rel_error;
+  st.counters["peeled"] = f.peeled;
+  st.counters["cells_per_item"] = f.cells_per_item;
+  st.counters["union"] = f.union_density;
+}
+
 template <class Fn>
 void add(const std::string& name, std::size_t n, Fn&& fn) {
   benchmark::RegisterBenchmark(name.c_str(), [n, fn](benchmark::State& s) { fn(s, n); })
@@ -205,7 +283,23 @@ void register_all() {
     add("sketch_encode/bf16" + sz, n, bm_encode);
     add("structural_peel" + sz, n, [](benchmark::State& s, std::size_t m) { bm_peel(s, m, false); });
     add("peel_decode/bf16" + sz, n, [](benchmark::State& s, std::size_t m) { bm_peel(s, m, true); });
+    if (n > 10000000) continue;
+    add("tagc_rank/encode_bitmap/W:4" + sz, n, [](benchmark::State& s, std::size_t m) { bm_tagc_rank(s, m, 0); });
+    add("tagc_rank/encode_sketch/W:4" + sz, n, [](benchmark::State& s, std::size_t m) { bm_tagc_rank(s, m, 1); });
+    add("tagc_rank/receive_sketch/W:4" + sz, n, [](benchmark::State& s, std::size_t m) { bm_tagc_rank(s, m, 2); });
   }
+  const char* variants[] = {"fp32_reduce_scatter", "bf16_reduce_scatter", "tagc_v1_preset", "tagc2_preset", "ours_or", "ours_sum_safe"};
+  const auto wire = [&](std::uint32_t ranks, int v, bool independent) {
+    const std::string world_name = independent ? "/gpt2_small_independent_ranks" : "/gpt2_small";
+    benchmark::RegisterBenchmark(("tagc_wire/" + std::string(variants[v]) + "/W:" + std::to_string(ranks) + world_name).c_str(),
+                                 [ranks, v, independent](benchmark::State& s) { bm_wire(s, ranks, v, independent); })
+        ->UseManualTime()
+        ->Iterations(1)
+        ->Unit(benchmark::kSecond);
+  };
+  for (std::uint32_t ranks : {4u, 8u})
+    for (int v = 0; v < 6; ++v) wire(ranks, v, false);
+  for (int v : {3, 4}) wire(8, v, true);  // the union of 8 barely overlapping ranks
 }
 
 // The curve: for each size n and block B, the union of 4 ranks at 1.25% each (a fresh random

@@ -16,6 +16,8 @@
 
 #include <gradcomp/gradcomp.hpp>
 
+#include "tagc_report.hpp"
+
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -466,5 +468,6 @@ int main(int argc, char** argv) {
       "x memcpy: over the memcpy figure above (best of 3 copies before each row; median over the rows).\n"
       "%zu compositions in %.1f s.\n",
       feedback_steps, plain_steps, feedback_steps, rows.size(), run_s);
+  demo_tagc::tagc_report(g);
   return 0;
 }

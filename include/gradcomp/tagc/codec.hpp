@@ -122,6 +122,15 @@ class codec {
     return receive_sketch(std::span<const bf16_t>(reinterpret_cast<const bf16_t*>(in.data()), in.size() / 2), *got, st, out);
   }
 
+  // The largest buffer any phase of a step can need (send: whole; a reduce-scatter receives
+  // 1 / W of the sketch phase), for buffers allocated once.
+  std::size_t max_phase_bytes(const state& st) const {
+    const result<summable::phase> bits = describe(bitmap_phase, st);
+    if (!bits) return 0;
+    const std::size_t cells = std::size_t{st.world} * max_rows(cfg_, st.size, st.world) * cfg_.block;
+    return std::max(bits->bytes(), cells * summable::wire_bytes(cfg_.cells));
+  }
+
   void finish_step(state& st) const {
     ++st.step;
     st.at = stage::encode_bitmap;
