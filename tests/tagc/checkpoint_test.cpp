@@ -4,6 +4,7 @@
 #include <doctest/doctest.h>
 
 #include <cstdint>
+#include <cstring>
 #include <vector>
 
 #include "tagc/support.hpp"
@@ -99,6 +100,17 @@ TEST_CASE("tagc checkpoint: mismatched, corrupted and truncated images are refus
   b = img;
   b[4] = std::byte{9};
   refuse(c, b, target[1], errc::unsupported_version);
+  const auto resealed = [&](std::size_t at, std::uint32_t v) {  // a field changed, the CRC made right again
+    test::bytes r = img;
+    std::memcpy(r.data() + at, &v, 4);
+    const std::uint32_t crc = crc32c(std::span<const std::byte>(r).first(r.size() - 4));
+    std::memcpy(r.data() + r.size() - 4, &crc, 4);
+    return r;
+  };
+  refuse(c, resealed(4, 0x00010001u), target[1], errc::bad_header);  // reserved half-word not zero
+  refuse(c, resealed(24, 0), target[1], errc::bad_header);           // world 0
+  refuse(c, resealed(28, 2), target[1], errc::bad_header);           // rank >= world
+  refuse(c, resealed(24, 1), target[1], errc::bad_header);           // world differs from the threshold count
   refuse(c, img, target[0], errc::size_mismatch);  // another rank
   auto other_world = make_ranks(c, n, 3);
   refuse(c, img, other_world[1], errc::size_mismatch);
