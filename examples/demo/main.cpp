@@ -16,6 +16,7 @@
 
 #include <gradcomp/gradcomp.hpp>
 
+#include "transformer_report.hpp"
 #include "tagc_report.hpp"
 
 #include <algorithm>
@@ -468,6 +469,7 @@ int main(int argc, char** argv) {
       "x memcpy: over the memcpy figure above (best of 3 copies before each row; median over the rows).\n"
       "%zu compositions in %.1f s.\n",
       feedback_steps, plain_steps, feedback_steps, rows.size(), run_s);
+  print_transformer_report();
   demo_tagc::tagc_report(g);
   return 0;
 }

@@ -3,8 +3,14 @@
 
 #include "version.hpp"
 
+// The per-element math: one definition for host and device. On the host it is inlined into
+// the loops that call it, whatever the optimiser's budget, so that it is compiled for the
+// instruction set of each CPU version of those loops (cpu/dispatch.hpp) and vectorised with
+// them; GCC does not inline an ordinary function into a loop compiled with other options.
 #if defined(__CUDACC__)
 #define GRADCOMP_HD __host__ __device__
+#elif defined(__GNUC__) || defined(__clang__)
+#define GRADCOMP_HD __attribute__((always_inline))
 #else
 #define GRADCOMP_HD
 #endif

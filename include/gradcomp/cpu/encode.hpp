@@ -68,9 +68,9 @@ std::uint32_t encode_values(const value_section<Quantizer>& s, Load&& load, Keep
       code_type* const out = writer.room();
       const float* const x = load(m0, n, xs);
       if (gs) {
+        const std::size_t first = gs ? m0 / gs : 0;  // (the ?: keeps nvcc from flagging / 0 for casts)
         for (std::size_t q = 0; q < groups; ++q) metas[q] = Quantizer::fit(qc, x + q * gs, std::min(gs, n - q * gs));
-        for (std::size_t q = 0; q < groups; ++q)
-          Quantizer::store_meta(metas[q], s.meta + (m0 / gs + q) * Quantizer::meta_bytes);
+        for (std::size_t q = 0; q < groups; ++q) Quantizer::store_meta(metas[q], s.meta + (first + q) * Quantizer::meta_bytes);
       }
       if (stochastic) {  // random[i] = random16_at(..., m0 + i): the batch form starts at a multiple of 8
         const std::size_t skip = m0 % 8;

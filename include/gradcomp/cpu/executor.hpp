@@ -17,6 +17,7 @@
 #include "../engine/frame_checks.hpp"
 #include "../state.hpp"
 #include "decode.hpp"
+#include "prefetch.hpp"
 #include "encode.hpp"
 #include "row_topk.hpp"
 #include "stores.hpp"
@@ -65,8 +66,8 @@ struct executor {
       return {errc::size_mismatch, "state workspace too small for this config: use make_state()"};
     return {};
   }
-  template <class C>
-  status check_memory(const C&, std::size_t, const engine::chunk_span&, std::span<std::byte>) const {
+  template <class C, class T>
+  status check_memory(const C&, std::span<const T>, const engine::chunk_span&, std::span<std::byte>) const {
     return {};  // the state's workspace was checked with it; the payload may have any alignment
   }
   template <class C, class T>
@@ -144,6 +145,12 @@ struct executor {
                              cfg.seed, h.step, h.chunk_id};
     constexpr bool feeds_back = F::has_state;
     const auto load = [&](std::size_t m0, std::size_t n, float* xs) -> const float* {
+      if constexpr (C::dense) {  // the inputs of a batch well ahead: the loads overlap the tile's checksum and store
+        if (const std::size_t later = m0 + prefetch_values_ahead; later + n <= h.kept_count) {
+          prefetch(fb.g + later, n);
+          if constexpr (feeds_back) prefetch(fb.e + later, n);
+        }
+      }
       if constexpr (!C::dense) {
         for (std::size_t m = 0; m < n; ++m) xs[m] = fb.value(job.idx[m0 + m]);  // x was stored by the selection's scan
       } else if constexpr (std::is_same_v<T, float> && !feeds_back && !C::has_momentum) {

@@ -1,9 +1,8 @@
 #pragma once
-// CPU skeleton: software prefetch for loops that stream through inputs larger than the cache.
-// On the 2-vCPU EPYC VM of docs/benchmarks.md the hardware prefetcher alone kept the bf16
-// cast at about 0.78x the speed of memcpy, with the loads waiting on memory; asking for the
-// input about a thousand values ahead brought it to about 1.0x. A prefetch is a hint: it
-// changes no result and never faults.
+// CPU skeleton: software prefetch for loops that stream through inputs larger than the cache,
+// so the loads of the next batch overlap the work on this one (the hardware prefetcher does
+// not always run far enough ahead of a loop that stops to checksum and store a tile). A
+// prefetch is a hint: it changes no result and never faults.
 
 #include <cstddef>
 #include <cstdint>

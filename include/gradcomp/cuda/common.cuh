@@ -105,5 +105,14 @@ inline status cuda_status(cudaError_t e) {
 
 inline bool aligned(const void* p, std::size_t a) { return reinterpret_cast<std::uintptr_t>(p) % a == 0; }
 
+// Waits for the stream and returns the report a call wrote (the convenience overloads).
+inline status wait_for(const report* device, cudaStream_t stream, report& r) {
+  cudaError_t e = cudaMemcpyAsync(&r, device, sizeof r, cudaMemcpyDeviceToHost, stream);
+  if (e == cudaSuccess) e = cudaStreamSynchronize(stream);
+  if (e != cudaSuccess) return cuda_status(e);
+  if (r.error() != errc::ok) return {r.error(), "reported by the device"};
+  return {};
+}
+
 }  // namespace detail
 }  // namespace gradcomp::cuda

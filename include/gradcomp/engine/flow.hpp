@@ -8,7 +8,7 @@
 // Executor contract (cpu::executor, cuda::detail::device_executor):
 //   state_type                                  what outlives a step (host or device memory)
 //   check_state(comp, st, n) -> status          st serves a gradient of n elements
-//   check_memory(comp, n, chunks, payload) -> status   workspace, alignment, report
+//   check_memory(comp, grad, chunks, payload) -> status   workspace, alignment, report
 //   reject_non_finite(comp, grad, chunks) -> status    only when allow_non_finite is false
 //   start_compress(comp, grad, st, payload, chunks) -> job
 //   chunks_per_batch(job) -> size_t             chunks that go through the phases together
@@ -76,7 +76,7 @@ auto compress(const C& comp, Exec& ex, std::span<const T> grad, typename Exec::s
   if (auto s = ex.check_state(comp, st, grad.size()); !s) return s;
   const result<chunk_span> chunks = plan_chunks<T>(comp, grad.size(), payload.size(), only);
   if (!chunks) return chunks.error();
-  if (auto s = ex.check_memory(comp, grad.size(), *chunks, payload); !s) return s;
+  if (auto s = ex.check_memory(comp, grad, *chunks, payload); !s) return s;
   if (!comp.get_config().allow_non_finite)
     if (auto s = ex.reject_non_finite(comp, grad, *chunks); !s) return s;
   auto job = ex.start_compress(comp, grad, st, payload, *chunks);

@@ -29,21 +29,27 @@
 //
 // Breakpoint search, in fit(): the candidates are p_k = M * (k / 32) for k = 1 .. 16, M/32 to
 // M/2 (a larger p rarely wins: even for uniform data the best p is near M * L / (L + T), below
-// M/2). For each candidate the group is quantized with nearest rounding by the very arithmetic
-// of encode and decode (split() and level() below), the squared errors (x_i - q(x_i))^2, each
-// scaled by 2^-e with 2^e near M (exact, and no overflow near FLT_MAX), are added with tree_sum
-// (the fixed tree order, so every backend gets the same sums), and the smallest sum wins; ties
-// go to the smaller p (a group holding NaN or inf keeps k = 1). Exhaustive rather than
-// golden-section or ternary: the error is not unimodal in p (levels pass over clusters of
-// values; the 4-bit golden-bytes test's group has local minima at k = 3, 7 and 12), and 16
-// candidates are few. On t(3) data in
-// groups of 128 this set's error is within 2% of a 512-breakpoint search at 3 and 4 bits,
-// and within 25% at 8 bits (where it is already a quarter of int_block<8>'s).
-// Cost: 16 quantize-and-sum passes over each group, branch-free and vectorised: fit()
-// dominates compression. With AVX2 the compressor runs fit8_avx2 (about 18 vector operations
-// per 8 values and candidate; 11 ns per value on a Zen 1 VM against 22 for fit() compiled
-// for AVX2); piecewise<4> compression still takes about 23 times as long as a memcpy of its
-// input there (docs/quantizers.md).
+// M/2). Quantizing the group once per candidate and summing the errors (the exhaustive
+// search) costs 16 quantize passes per value, and made compression take some 20 times as long
+// as a memcpy of its input; the error is not unimodal in p (levels pass over clusters of
+// values), so a golden-section search is no way out. Instead the candidates are ranked by a
+// model and only the best `search` of them (config, default 1: the model's choice) are
+// quantized to compare their errors:
+//   1. model: a value quantized with step s errs by about s^2 / 12; with n_c(k) non-zero
+//      values at most p_k (centre, step p_k / L) and n_t(k) above (tails, step (M - p_k) / T),
+//      score(k) = n_c(k) k^2 T^2 + n_t(k) (32 - k)^2 L^2 (the model error times (32 L T / M)^2,
+//      an integer: the same on every backend). Zeros are exact for every p and left out.
+//      One counting pass of 16 compares per value.
+//   2. exact: for the `search` best scores (ties: smaller k), the group is quantized with
+//      nearest rounding by the very arithmetic of encode and decode (split() and level()
+//      below), the squared errors (x_i - q(x_i))^2, each scaled by 2^-e with 2^e near M (exact,
+//      no overflow near FLT_MAX), are added with tree_sum (the fixed tree order, so every
+//      backend gets the same sums), and the smallest sum wins; ties go to the smaller p.
+// search = 16 is the exhaustive search. On t(3), normal and uniform data in groups of 128 the
+// model's choice errs 2-12% more than the exhaustive search's (up to 28% on data that is
+// mostly zeros), search = 3 0-2% (3-9%) (docs/quantizers.md); the exhaustive set itself is
+// within 2% of a 512-breakpoint search at 3 and 4 bits. Each exact candidate costs about one
+// more quantize pass. A group holding NaN or inf keeps k = 1.
 //
 // Metadata per group: f32 M, then u8 k (5 bytes); p = M * (k / 32) is recomputed by the
 // receiver. check_meta rejects a non-finite M (errc::non_finite_value: the sender's group held
@@ -73,6 +79,10 @@ struct piecewise {
   struct config {
     std::size_t group = 128;  // values per (M, p): a power of two in [1, 4096]
     rounding round = rounding::nearest;
+    // Breakpoint candidates whose errors are computed and compared, best model scores first
+    // (1: the model's choice; 16: every candidate). Only the sender's choice of p depends on
+    // it, not the format.
+    std::uint8_t search = 1;
   };
   struct meta {
     float max = 0.0f;       // M = max|x|; sent
@@ -96,7 +106,10 @@ struct piecewise {
   static constexpr std::uint8_t candidates = 16;                   // k = 1 .. 16
   static constexpr float fraction_step = 1.0f / 32.0f;             // p_k = M * (k * fraction_step)
 
-  static status validate(const config& c) { return check_group_size(c.group); }
+  static status validate(const config& c) {
+    if (c.search < 1 || c.search > candidates) return {errc::invalid_argument, "piecewise search must be in [1, 16]"};
+    return check_group_size(c.group);
+  }
   static constexpr std::uint16_t format_param(const config& c) {
     return static_cast<std::uint16_t>(group_param(c.group) | Bits);
   }
@@ -130,29 +143,60 @@ struct piecewise {
   }
 
   // Inlined where the compressor calls it, so its loops get the ISA run_best() picks.
-  GRADCOMP_HD GRADCOMP_INLINE static meta fit(const config&, const float* x, std::size_t n) {
+  GRADCOMP_HD GRADCOMP_INLINE static meta fit(const config& c, const float* x, std::size_t n) {
     const float max = max_abs(x, n);
-    if (max == 0.0f) return derive(max, 1);  // all zeros: every candidate's error is 0, ties keep k = 1
-    // Errors are scaled by 2^-e with 2^e near M: exact, and their squares stay below 16.
-    const float scale = pow2_normalizer(max);
-    std::uint8_t best = 1;
-    float best_err = 0.0f;
+    // All zeros: every candidate's error is 0, ties keep k = 1; NaN or inf: k = 1 (rejected anyway).
+    if (max == 0.0f || !is_finite_bits(float_bits(max))) return derive(max, 1);
+    // 1. The model's scores, from the count of non-zero values at most p_k per candidate (the
+    // candidates side by side: one vector compare per value).
+    std::uint32_t p[candidates], centre[candidates] = {};
+    for (std::uint8_t k = 1; k <= candidates; ++k) p[k - 1] = abs_key(max * (static_cast<float>(k) * fraction_step));  // levels()' p
+    std::uint32_t nonzero = 0;
+    for (std::size_t i = 0; i < n; ++i) {
+      const std::uint32_t a = abs_key(x[i]);
+      const std::uint32_t counted = a != 0u;
+      nonzero += counted;
+      for (std::uint8_t k = 0; k < candidates; ++k) centre[k] += counted & (a <= p[k]);
+    }
+    std::uint64_t score[candidates];
     for (std::uint8_t k = 1; k <= candidates; ++k) {
+      const std::uint64_t kk = k, rest = 32u - k, T = tail_levels, L = centre_levels;
+      score[k - 1] = centre[k - 1] * kk * kk * T * T + (nonzero - centre[k - 1]) * rest * rest * L * L;
+    }
+    // 2. Exact errors of the best `search` scores. Errors are scaled by 2^-e with 2^e near M:
+    // exact, and their squares stay below 16.
+    const float scale = pow2_normalizer(max);
+    const std::uint32_t rounds = c.search < candidates ? c.search : candidates;
+    std::uint32_t tried = 0;  // bit k - 1: candidate k already chosen
+    std::uint8_t best = 0;
+    float best_err = 0.0f;
+    for (std::uint32_t r = 0; r < rounds; ++r) {
+      std::uint8_t k = 0;  // the best score not tried yet, ties to the smaller k
+      for (std::uint8_t j = 1; j <= candidates; ++j)
+        if (!(tried >> (j - 1) & 1u) && (k == 0 || score[j - 1] < score[k - 1])) k = j;
+      if (rounds == 1) return derive(max, k);  // the model's choice: nothing to compare it with
+      tried |= 1u << (k - 1);
       const meta m = derive(max, k);
+      // encode's nearest rounding and decode's level, on |v|: every step is odd or even in v,
+      // so the error is the same float as (v - decode(encode(v)))^2 scaled, in fewer steps
+      // (no sign, no lower clamps: |v| <= M is finite here).
+      const float lc = static_cast<float>(centre_levels), lt = static_cast<float>(tail_levels);
       const auto squared_error = [&](float v) {
-        const float d = (v - value(m, split(m, v, 0, false))) * scale;
+        const float a = bits_float(abs_key(v));
+        const float q = round_even((a * m.pre) * m.inv_sc);
+        const float j = round_even(((m.max - a) * m.pre) * m.inv_st);
+        const float centre = (q < lc ? q : lc) * m.sc, outer = m.max - j * m.st;
+        const float d = (a - select_float((a > m.p) & (j < lt), outer, centre)) * scale;
         return d * d;
       };
       const float err = tree_sum(x, n, squared_error);  // vectorised inside tree_sum, no array of errors
-      // Strictly smaller wins, so ties keep the smaller p (and NaN, a poisoned group, keeps k = 1).
-      if (k == 1 || err < best_err) {
+      if (best == 0 || err < best_err || (err == best_err && k < best)) {
         best = k;
         best_err = err;
       }
     }
     return derive(max, best);
   }
-
 
   GRADCOMP_HD static code_type encode(const config& c, const meta& m, float x, std::uint32_t random) {
     const parts s = split(m, x, random, c.round == rounding::stochastic);
@@ -202,8 +246,10 @@ struct piecewise {
     const float y = (x * m.pre) * m.inv_sc;
     const float v = ((m.max - a) * m.pre) * m.inv_st;
     // Round, then clamp: the same result as the other way round, since the bounds are integers.
-    const float q = stochastic ? round_stochastic(y, random) : round_even(y);
-    const float j = stochastic ? round_stochastic(v, random) : round_even(v);
+    // Both roundings, picked on bits: the mode is a run-time value, and a ?: here is control
+    // flow that keeps the compilers from vectorising the caller's loop.
+    const float q = select_float(stochastic, round_stochastic(y, random), round_even(y));
+    const float j = select_float(stochastic, round_stochastic(v, random), round_even(v));
     parts s;
     s.q = clamp(q, -lc, lc);
     s.j = clamp(j, 0.0f, lt);

@@ -1,0 +1,12 @@
+#pragma once
+// gradcomp's transformer layer (host side): tensor layouts and roles, ready-made layouts of
+// published models, per-role routing, the AccTFM hybrid for tensor parallelism, the overlap
+// planner and per-chunk telemetry (docs/transformers.md).
+
+#include "core/layout.hpp"
+#include "transformer/acctfm.hpp"
+#include "transformer/models.hpp"
+#include "transformer/planner.hpp"
+#include "transformer/router.hpp"
+#include "transformer/tagc.hpp"
+#include "transformer/telemetry.hpp"
