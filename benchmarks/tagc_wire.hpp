@@ -1,6 +1,6 @@
 #pragma once
 // Bytes on the wire and error of one reduce-scatter step of a GPT-2 small gradient (124,439,808
-// parameters, flat, in named_parameters() order) over W simulated ranks, for the baselines and
+// parameters, flat, in named_parameters() order, transformer::gpt2_layout) over W simulated ranks, for the baselines and
 // the TAGC codec (docs/tagc.md, "Measured"). Used by sketch_bench.cpp (rows tagc_wire/...).
 //
 // Gradients: rank r's g_r[j] = s_t h_j (a_j + 0.7 b_rj): a, b standard normal-ish (sums of four
@@ -15,6 +15,7 @@
 #include <gradcomp/core/murmur3.hpp>
 #include <gradcomp/core/numeric.hpp>
 #include <gradcomp/tagc/codec.hpp>
+#include <gradcomp/transformer/models.hpp>
 
 #include <cmath>
 #include <cstddef>
@@ -34,18 +35,27 @@ struct tensor_span {
   float scale;
 };
 
-// GPT-2 small (12 layers, d 768, vocab 50257, context 1024; the LM head tied to wte).
+// GPT-2 small (transformer/models.hpp: 12 layers, d 768, vocab 50257, context 1024, the LM
+// head tied to wte), each tensor with the gradient scale the demo gives it (deeper layers and
+// the MLP larger, norms and biases small).
 inline std::vector<tensor_span> gpt2_small() {
-  const std::size_t d = 768, layers = 12;
-  std::vector<tensor_span> t{{50257 * d, 2e-4f}, {1024 * d, 3e-5f}};
-  for (std::size_t l = 0; l < layers; ++l) {
-    const float depth = 0.5f + static_cast<float>(l + 1) / layers;
-    for (const tensor_span s : {tensor_span{d, 1e-5f}, {d, 5e-6f}, {d * 3 * d, 4e-5f}, {3 * d, 5e-6f}, {d * d, 6e-5f}, {d, 5e-6f},
-                                {d, 1e-5f}, {d, 5e-6f}, {d * 4 * d, 8e-5f}, {4 * d, 5e-6f}, {4 * d * d, 8e-5f}, {d, 5e-6f}})
-      t.push_back({s.size, s.scale * depth});
+  const gc::layout l = gc::transformer::gpt2_layout(gc::transformer::gpt2_small);
+  std::vector<tensor_span> t;
+  for (const gc::tensor_desc& d : l.tensors()) {
+    const std::string& name = d.name;
+    const auto has = [&](const char* part) { return name.find(part) != std::string::npos; };
+    const bool bias = name.size() > 5 && name.compare(name.size() - 5, 5, ".bias") == 0;
+    const std::size_t at = name.find(".h.");
+    const float depth = at == std::string::npos ? 1.0f : 0.5f + static_cast<float>(std::stoul(name.substr(at + 3)) + 1) / 12.0f;
+    float scale = 6e-5f * depth;
+    if (has("wte")) scale = 2e-4f;
+    else if (has("wpe")) scale = 3e-5f;
+    else if (has(".ln_") || has("ln_f")) scale = (bias ? 5e-6f : 1e-5f) * depth;
+    else if (bias) scale = 5e-6f * depth;
+    else if (has("c_attn")) scale = 4e-5f * depth;
+    else if (has("mlp")) scale = 8e-5f * depth;
+    t.push_back({d.elements(), scale});
   }
-  t.push_back({d, 1e-5f});
-  t.push_back({d, 5e-6f});
   return t;
 }
 

@@ -47,7 +47,7 @@ GRADCOMP_HD inline bool bitmap_test(const std::uint32_t* words, std::size_t j) {
 // Word w of the bitmap of keep(j) over j < count (keep: a callable j -> bool; in device code a
 // functor with a __device__ call operator).
 template <class Keep>
-GRADCOMP_HD std::uint32_t bitmap_word(const Keep& keep, std::size_t w, std::size_t count) {
+GRADCOMP_HD inline std::uint32_t bitmap_word(const Keep& keep, std::size_t w, std::size_t count) {
   const std::size_t first = 32 * w;
   std::uint32_t word = 0;
   if (count - first >= 32) {  // a full word: a fixed trip count, which compilers unroll

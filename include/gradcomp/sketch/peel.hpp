@@ -40,7 +40,7 @@ GRADCOMP_HD constexpr bool info_neg(std::uint8_t info, std::uint32_t k) { return
 // start of the round; `distinct` when there is none (the item does not peel this round).
 // live: the cells' counts, as a pointer or array (live[c]) or a functor (live(c)).
 template <class Live>
-GRADCOMP_HD std::uint32_t singleton_cell(const Live& live, const std::uint32_t* cell, std::uint32_t distinct) {
+GRADCOMP_HD inline std::uint32_t singleton_cell(const Live& live, const std::uint32_t* cell, std::uint32_t distinct) {
   for (std::uint32_t k = 0; k < distinct; ++k) {
     std::uint32_t n = 0;
     if constexpr (std::is_pointer_v<Live> || std::is_array_v<Live>) {
