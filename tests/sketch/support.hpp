@@ -53,7 +53,9 @@ inline std::vector<float> wide_values(std::size_t count, std::uint64_t seed) {
   splitmix r(seed);
   std::vector<float> v(count);
   for (auto& x : v) {
-    const double m = (1.0 + r.uniform()) * static_cast<double>(1u << (r.next() % 25)) * 0x1.0p-20;
+    const double u = r.uniform();  // the draws in a fixed order (not within one expression)
+    const double scale = static_cast<double>(1u << (r.next() % 25));
+    const double m = (1.0 + u) * scale * 0x1.0p-20;
     x = static_cast<float>((r.next() & 1) ? -m : m);
   }
   return v;

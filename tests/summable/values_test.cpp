@@ -205,7 +205,7 @@ TEST_CASE("summable run_step: one call per step with the caller's transport") {
   std::size_t calls = 0;
   const auto loopback = [&](const summable::phase& p, std::span<const std::byte> s, std::span<std::byte> r) -> result<std::size_t> {
     ++calls;
-    CHECK(p.op == summable::reduction::sum);
+    CHECK(p.bytes() == s.size());
     std::copy(s.begin(), s.end(), r.begin());
     return s.size();
   };
@@ -214,4 +214,16 @@ TEST_CASE("summable run_step: one call per step with the caller's transport") {
   CHECK(out == g);
   CHECK(st.step == 1);
   CHECK(summable::run_step(c, st, g, loopback, std::span<std::byte>(send).first(4), recv, out) == errc::buffer_too_small);
+
+  // The two-phase TAGC codec through the same call (one rank: the reductions are copies).
+  const tagc::codec t;
+  tagc::state ts;
+  REQUIRE(t.make_state(n, 1, 0, ts).ok());
+  std::vector<std::byte> tsend(t.max_phase_bytes(ts)), trecv(tsend.size());
+  std::vector<float> tout(n, -1.0f);
+  calls = 0;
+  REQUIRE(summable::run_step(t, ts, g, loopback, tsend, trecv, tout).ok());
+  CHECK(calls == 2);
+  CHECK(ts.step == 1);
+  for (std::size_t j = 0; j < n; ++j) CHECK(tout[j] + ts.residual[j] == g[j]);  // delivered + owed
 }
