@@ -17,6 +17,7 @@
 #include <gradcomp/gradcomp.hpp>
 
 #include "transformer_report.hpp"
+#include "tagc_report.hpp"
 
 #include <algorithm>
 #include <chrono>
@@ -469,5 +470,6 @@ int main(int argc, char** argv) {
       "%zu compositions in %.1f s.\n",
       feedback_steps, plain_steps, feedback_steps, rows.size(), run_s);
   print_transformer_report();
+  demo_tagc::tagc_report(g);
   return 0;
 }
