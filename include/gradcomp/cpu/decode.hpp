@@ -2,10 +2,10 @@
 // CPU skeleton: decode one validated frame into (or onto) its chunk of the output, for any
 // quantizer. A batch of whole groups (or ungrouped_block values) at a time: byte codes are
 // read where they lie in the frame, narrower or wider ones unpacked into a local buffer, and
-// each code becomes a value by a table lookup or by the quantizer's decode(). Codes of up to
-// 8 bits use a table of every code's value, filled by decode() itself (so the same bits):
-// once per frame for ungrouped quantizers, once per group where a group has at least four
-// values per table entry. Compiled once per instruction set (run_best).
+// each code becomes a value by the quantizer's decode(), in a loop the compilers vectorise
+// (compiled once per instruction set: run_best). A table of every code's decoded value,
+// looked up per code, measured slower for every quantizer (docs/design.md): a lookup is a
+// gather, which the compilers emit as one scalar load per value.
 
 #include <algorithm>
 #include <cstddef>
@@ -72,56 +72,40 @@ void apply_frame(const typename C::config& cfg, const frame::header& h, const st
     const code_type* codes = unpacked;
     alignas(64) T staged[dense ? max_group_size : 1];  // a streamed batch, before it goes out
     alignas(64) std::uint32_t where[dense ? 1 : max_group_size];
-    constexpr bool small_codes = bits <= 8;
-    constexpr std::uint32_t table_size = small_codes ? 1u << bits : 1u;
-    alignas(64) float table[table_size];
-    const bool frame_table = small_codes && gs == 0;
-    const bool group_tables = small_codes && gs != 0 && 4 * std::size_t{table_size} <= gs;
-    if (frame_table)
-      for (std::uint32_t c = 0; c < table_size; ++c) table[c] = Q::decode(qc, meta_type{}, static_cast<code_type>(c));
     auto sparse_indices = indices_of<C>(cfg, h, f);
-    // value_of(meta, i): the decoded value of codes[i]; one loop nest per way of computing it.
-    const auto decode_all = [&](auto value_of) GRADCOMP_LOOP_BODY {
-      for (std::size_t b0 = 0; b0 < h.kept_count; b0 += batch) {
-        const std::size_t nb = std::min(batch, h.kept_count - b0);
-        if constexpr (!dense) sparse_indices.next(b0, nb, where);
-        for (std::size_t i0 = 0; i0 < nb; i0 += block) {
-          const std::size_t i1 = std::min(nb, i0 + block);
-          if constexpr (in_place) {
-            codes = reinterpret_cast<const code_type*>(values) + b0;
+    const auto value_of = [&](const meta_type& mt, std::size_t i) { return Q::decode(qc, mt, codes[i]); };
+    for (std::size_t b0 = 0; b0 < h.kept_count; b0 += batch) {
+      const std::size_t nb = std::min(batch, h.kept_count - b0);
+      if constexpr (!dense) sparse_indices.next(b0, nb, where);
+      for (std::size_t i0 = 0; i0 < nb; i0 += block) {
+        const std::size_t i1 = std::min(nb, i0 + block);
+        if constexpr (in_place) {
+          codes = reinterpret_cast<const code_type*>(values) + b0;
+        } else {
+          unpack_codes<code_type, bits>(values, b0 + i0, i1 - i0, unpacked + i0);
+        }
+        const meta_type mt = gs ? C::group_meta(h, f, (b0 + i0) / gs) : meta_type{};
+        if constexpr (dense) {
+          T* const to = region + b0;
+          if (add) {
+            for (std::size_t i = i0; i < i1; ++i) to[i] = from_float<T>(canonical_nan(to_float(to[i]) + value_of(mt, i)));
+          } else if (streaming) {
+            for (std::size_t i = i0; i < i1; ++i) staged[i] = from_float<T>(value_of(mt, i));
           } else {
-            unpack_codes<code_type, bits>(values, b0 + i0, i1 - i0, unpacked + i0);
+            for (std::size_t i = i0; i < i1; ++i) to[i] = from_float<T>(value_of(mt, i));
           }
-          const meta_type mt = gs ? C::group_meta(h, f, (b0 + i0) / gs) : meta_type{};
-          if (group_tables)
-            for (std::uint32_t c = 0; c < table_size; ++c) table[c] = Q::decode(qc, mt, static_cast<code_type>(c));
-          if constexpr (dense) {
-            T* const to = region + b0;
-            if (add) {
-              for (std::size_t i = i0; i < i1; ++i) to[i] = from_float<T>(canonical_nan(to_float(to[i]) + value_of(mt, i)));
-            } else if (streaming) {
-              for (std::size_t i = i0; i < i1; ++i) staged[i] = from_float<T>(value_of(mt, i));
-            } else {
-              for (std::size_t i = i0; i < i1; ++i) to[i] = from_float<T>(value_of(mt, i));
-            }
-          } else {
-            for (std::size_t i = i0; i < i1; ++i) {
-              T& to = region[where[i]];
-              const float v = value_of(mt, i);
-              to = from_float<T>(add ? canonical_nan(to_float(to) + v) : v);
-            }
+        } else {
+          for (std::size_t i = i0; i < i1; ++i) {
+            T& to = region[where[i]];
+            const float v = value_of(mt, i);
+            to = from_float<T>(add ? canonical_nan(to_float(to) + v) : v);
           }
         }
-        if constexpr (dense)  // (a constant: sparse instantiations have no staging buffer to copy)
-          if (streaming)
-            detail::copy_tile(reinterpret_cast<std::byte*>(region + b0), reinterpret_cast<const std::byte*>(staged),
-                              nb * sizeof(T), true);
       }
-    };
-    if (frame_table || group_tables) {
-      decode_all([&](const meta_type&, std::size_t i) { return table[codes[i] & (table_size - 1u)]; });
-    } else {
-      decode_all([&](const meta_type& mt, std::size_t i) { return Q::decode(qc, mt, codes[i]); });
+      if constexpr (dense)  // (a constant: sparse instantiations have no staging buffer to copy)
+        if (streaming)
+          detail::copy_tile(reinterpret_cast<std::byte*>(region + b0), reinterpret_cast<const std::byte*>(staged),
+                            nb * sizeof(T), true);
     }
   });
   if (streaming) detail::streaming_fence();

@@ -17,7 +17,6 @@
 #include "../engine/frame_checks.hpp"
 #include "../state.hpp"
 #include "decode.hpp"
-#include "prefetch.hpp"
 #include "encode.hpp"
 #include "row_topk.hpp"
 #include "stores.hpp"
@@ -145,12 +144,6 @@ struct executor {
                              cfg.seed, h.step, h.chunk_id};
     constexpr bool feeds_back = F::has_state;
     const auto load = [&](std::size_t m0, std::size_t n, float* xs) -> const float* {
-      if constexpr (C::dense) {  // the inputs of a batch well ahead: the loads overlap the tile's checksum and store
-        if (const std::size_t later = m0 + prefetch_values_ahead; later + n <= h.kept_count) {
-          prefetch(fb.g + later, n);
-          if constexpr (feeds_back) prefetch(fb.e + later, n);
-        }
-      }
       if constexpr (!C::dense) {
         for (std::size_t m = 0; m < n; ++m) xs[m] = fb.value(job.idx[m0 + m]);  // x was stored by the selection's scan
       } else if constexpr (std::is_same_v<T, float> && !feeds_back && !C::has_momentum) {
