@@ -14,8 +14,8 @@
 // i shard_size + 32 w + t; the items (the union's positions) are numbered in that order, which
 // is ascending element order, and the cells of shard i are [i r B, (i + 1) r B): the W shards'
 // sketches are disjoint hypergraphs peeled together.
-// This header holds the shared records and phase 0 with receive(0); parallel_sketch.hpp
-// holds phase 1 and the receive of the sketch.
+// This header holds the shared records and phase 0; parallel_sketch.hpp holds receive(0),
+// phase 1 and the receive of the sketch.
 
 #include <cstddef>
 #include <cstdint>
@@ -301,133 +301,6 @@ struct bitmap_words {
     std::uint32_t word = 0;
     for (std::uint32_t q = 0; q < l.per_word && first + q < c.n; ++q) word |= (keep(first + q) ? 1u : 0u) << (q * l.width);
     out[w] = word;
-  }
-};
-
-// --- receive(0): the union checked, kept per shard, counted, r chosen, the cell index built.
-
-struct receive_start {  // 1 thread
-  context c;
-  GRADCOMP_HD void operator()(std::uint64_t) const { *c.w.first_bad = ~counter{0}; }
-};
-
-// 1-bit union: no bit at or past n.
-struct check_tail {  // 1 thread
-  context c;
-  const std::uint32_t* in;
-  GRADCOMP_HD void operator()(std::uint64_t) const {
-    const std::uint64_t words = sketch::bitmap_words(c.n);
-    if (words > 0 && (in[words - 1] & ~sketch::bitmap_tail_mask(c.n)) != 0) fail(c.st.report, errc::index_out_of_range);
-  }
-};
-
-// Sum-safe sums: every word checked, the first bad one reported (as the host does).
-struct check_sums {
-  context c;
-  const std::uint32_t* in;
-  sketch::sum_safe_layout l;
-  GRADCOMP_HD void operator()(std::uint64_t w) const {
-    const errc e = sketch::check_sum_safe_word(in[w], w, c.n, l);
-    if (e != errc::ok) atomic_min(c.w.first_bad, 16 * counter{w} + static_cast<counter>(e));
-  }
-};
-
-struct settle_sums {  // 1 thread
-  context c;
-  GRADCOMP_HD void operator()(std::uint64_t) const {
-    if (*c.w.first_bad != ~counter{0}) fail(c.st.report, static_cast<errc>(*c.w.first_bad % 16));
-  }
-};
-
-// Aligned word v from the received words (1-bit) or sums (sum-safe).
-struct aligned_words {
-  context c;
-  const std::uint32_t* in;
-  bool sum_safe;
-  sketch::sum_safe_layout l;
-  GRADCOMP_HD void operator()(std::uint64_t v) const {
-    const auto i = static_cast<std::uint32_t>(v / c.wps);
-    const std::uint64_t lw = v - i * c.wps, count = c.st.plan[i].select.count, first = 32 * lw;
-    std::uint32_t word = 0;
-    if (first < count) {
-      const std::uint64_t n = count - first < 32 ? count - first : 32, at = c.st.plan[i].offset + first;
-      if (sum_safe) {
-        for (std::uint32_t t = 0; t < n; ++t) word |= (l.field(in, at + t) != 0 ? 1u : 0u) << t;
-      } else {
-        const std::uint64_t w0 = at / 32, words = sketch::bitmap_words(c.n);
-        const auto shift = static_cast<unsigned>(at % 32);
-        const std::uint64_t hi = shift != 0 && w0 + 1 < words ? in[w0 + 1] : 0;
-        word = static_cast<std::uint32_t>((std::uint64_t{in[w0]} | hi << 32) >> shift);
-        if (n < 32) word &= (1u << n) - 1u;
-      }
-    }
-    c.w.aligned[v] = word;
-  }
-};
-
-struct word_popcounts {
-  context c;
-  GRADCOMP_HD void operator()(std::uint64_t v) const { c.w.word_items[v] = v < c.aligned ? sketch::popcount32(c.w.aligned[v]) : 0u; }
-};
-
-// 1 thread, after the exclusive scan of the popcounts: each shard within its capacity, r.
-struct settle_union {
-  context c;
-  GRADCOMP_HD void operator()(std::uint64_t) const {
-    std::uint64_t most = 0, total = 0;
-    for (std::uint32_t i = 0; i < c.world; ++i) {
-      const std::uint64_t items = c.w.word_items[(i + 1) * c.wps] - c.w.word_items[i * c.wps];
-      if (items > c.st.plan[i].max_items) {
-        fail(c.st.report, errc::count_too_large);
-        return;
-      }
-      most = items > most ? items : most;
-      total += items;
-    }
-    step_report& r = *c.st.report;
-    r.rows = rows_for(c.cfg, c.n == 0 ? 0 : c.shard_size, most);
-    r.sketch_cells = std::uint64_t{c.world} * r.rows * c.block;
-    r.union_items = total;
-  }
-};
-
-// Sort slots: the sentinel `cells` everywhere, then each item's distinct cells (write_items).
-struct fill_slots {
-  context c;
-  GRADCOMP_HD void operator()(std::uint64_t p) const {
-    c.w.keys_in[p] = static_cast<std::uint32_t>(c.cells());
-    c.w.vals_in[p] = 0;
-  }
-};
-
-struct write_items {
-  context c;
-  GRADCOMP_HD void operator()(std::uint64_t v) const {
-    const auto i = static_cast<std::uint32_t>(v / c.wps);
-    const auto first = static_cast<std::uint32_t>(32 * (v - i * c.wps));
-    const std::uint32_t rows = c.st.report->rows, base = i * rows * c.block, sentinel = static_cast<std::uint32_t>(c.cells());
-    std::uint32_t item = c.w.word_items[v], block = 0xffffffffu;
-    sketch::block_cells m;
-    for (std::uint32_t word = c.w.aligned[v]; word != 0; word &= word - 1, ++item) {
-      const std::uint32_t e = first + gp::lowest_bit(word), b = e / c.block, lane = e - b * c.block;
-      if (b != block) {
-        m = sketch::map_block(b, rows);
-        block = b;
-      }
-      c.w.elem[item] = e;
-      c.w.info[item] = sketch::item_info(m);
-      for (std::uint32_t k = 0; k < 3; ++k) {
-        c.w.keys_in[3 * item + k] = k < m.distinct ? base + sketch::cell_index(m, k, lane, c.block) : sentinel;
-        c.w.vals_in[3 * item + k] = 4 * item + k;
-      }
-    }
-  }
-};
-
-struct bounds {
-  context c;
-  GRADCOMP_HD void operator()(std::uint64_t p) const {
-    gp::cell_bounds(p, 3 * c.items, c.w.keys_out, static_cast<std::uint32_t>(c.cells()), c.w.start);
   }
 };
 
