@@ -68,9 +68,16 @@ struct host_executor {
       run += v;
     }
   }
-  void zero(void* p, std::size_t bytes) { std::memset(p, 0, bytes); }
-  void upload(void* dst, const void* src, std::size_t bytes) { std::memcpy(dst, src, bytes); }
-  void download(void* dst, const void* src, std::size_t bytes) { std::memcpy(dst, src, bytes); }
+  // (Empty copies are skipped, as cudaMemcpy allows them and memcpy does not with null.)
+  void zero(void* p, std::size_t bytes) {
+    if (bytes > 0) std::memset(p, 0, bytes);
+  }
+  void upload(void* dst, const void* src, std::size_t bytes) {
+    if (bytes > 0) std::memcpy(dst, src, bytes);
+  }
+  void download(void* dst, const void* src, std::size_t bytes) {
+    if (bytes > 0) std::memcpy(dst, src, bytes);
+  }
   status outcome() const { return {}; }
   static result<std::size_t> temp_bytes(const tpar::sizes&) { return std::size_t{0}; }
 };
