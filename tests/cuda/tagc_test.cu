@@ -56,7 +56,8 @@ struct twins {
 
   twins(const gt::config& c, std::size_t n, std::uint32_t world, gtc::sketch_layout layout, bool as_graphs)
       : host(c), dev(c, layout), hs(world), gs(world), graphs(as_graphs) {
-    GC_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+    // A blocking stream: the helpers' cudaMemcpy (legacy stream) stay ordered with its work.
+    GC_CUDA_CHECK(cudaStreamCreate(&stream));
     for (std::uint32_t r = 0; r < world; ++r) {
       REQUIRE(host.make_state(n, world, r, hs[r]).ok());
       gs[r].memory = std::make_unique<device_bytes>(*dev.state_bytes(n, world));
