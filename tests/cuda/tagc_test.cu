@@ -1,8 +1,9 @@
 // The TAGC codec on the GPU (cuda/tagc.cuh) against tagc::codec on W simulated ranks, byte for
 // byte: phase buffers, union size, residuals, thresholds, decoded values and statistics, over
-// steps, both bitmap modes and cell types, both layouts, reduce-scatter and all-reduce, every
-// call also captured in a CUDA graph; data errors in the report with outputs untouched;
-// checkpoints through download_state. Host-side argument checks run without a GPU.
+// steps, both bitmap modes and cell types, both layouts, reduce-scatter and all-reduce, the
+// exact top-k (ties, sparse gradients), every call also captured in a CUDA graph; data errors
+// in the report with outputs untouched; checkpoints through download_state. Host-side
+// argument checks run without a GPU.
 #include <gradcomp/cuda/tagc.cuh>
 
 #include "support.cuh"
@@ -31,6 +32,19 @@ std::vector<std::vector<float>> rank_grads(std::size_t n, std::uint32_t world, s
     g[r] = gradient(n, seed * 100 + r + 1, r == 0);  // NaN and infinity on rank 0
     for (std::size_t j = 0; j < n; ++j) g[r][j] = g[r][j] + shared[j];
   }
+  return g;
+}
+
+// Two magnitudes, half each: no threshold count is accepted, so every shard takes the exact
+// top-k, its ties cut by index; and gradients that are zero but for a few (fewer than the target).
+std::vector<std::vector<float>> hard_grads(std::size_t n, std::uint32_t world, std::uint64_t seed, bool sparse) {
+  std::vector<std::vector<float>> g(world, std::vector<float>(n, 0.0f));
+  rng r{seed * 977 + 1};
+  for (auto& gr : g)
+    for (auto& v : gr) {
+      const float u = r.uniform(), sign = (r.next() & 1) != 0 ? -1.0f : 1.0f;
+      v = sparse ? (u < 0.004f ? sign * (1.0f + u) : 0.0f) : sign * (u < 0.5f ? 0.5f : 0.25f);
+    }
   return g;
 }
 
@@ -245,6 +259,18 @@ TEST_CASE("tagc on the GPU: presets, padded layout, tiny sizes, each call captur
         twins t(c, n, 4, padded ? gtc::sketch_layout::padded : gtc::sketch_layout::packed, true);
         for (int s = 0; s < 2; ++s) t.step(rank_grads(n, 4, 50 + static_cast<std::uint64_t>(s)), gradcomp::test::collective::reduce_scatter);
       }
+}
+
+TEST_CASE("tagc on the GPU: the exact top-k with ties cut by index, and sparse gradients") {
+  for (bool sparse : {false, true})
+    for (unsigned tries : {1u, 3u}) {
+      CAPTURE(sparse);
+      CAPTURE(tries);
+      gt::config c;
+      c.select.max_tries = tries;
+      twins t(c, 100003, 4, gtc::sketch_layout::packed, false);
+      for (int s = 0; s < 2; ++s) t.step(hard_grads(100003, 4, 70 + static_cast<std::uint64_t>(s), sparse), gradcomp::test::collective::reduce_scatter);
+    }
 }
 
 TEST_CASE("tagc on the GPU: a bad union is reported and stops the step; checkpoints match the host's") {
