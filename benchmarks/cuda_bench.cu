@@ -7,7 +7,9 @@
 // (target: <= 3 at 1% of 2^27 floats). Inputs rotate over enough buffers that each
 // iteration's working set is several times the L2 cache; every benchmark warms up first.
 // BM_compress_int8 / BM_accumulate_int8 run the grouped path (int_block<8>, groups of 128);
-// they have no target yet. Without a CUDA device the program says so and exits 0.
+// they have no target yet. BM_tagc times one phase of a TAGC step (us, x_copy: over a device
+// copy of the input; the peel's items, peeled and rounds). Without a CUDA device the program
+// says so and exits 0.
 
 #include <benchmark/benchmark.h>
 
@@ -232,6 +234,82 @@ void BM_topk(benchmark::State& state) {
   state.counters["vs_2reads"] = state.counters["us"] * 1e-6 / two_reads;
 }
 
+// TAGC (cuda/tagc.cuh), one rank's share of a step with W = 4: the other ranks' kept positions
+// come from their first step and stay fixed; rank 0 runs every step in full (default config,
+// padded sketch layout, reduce-scatter shard). The row's time is its phase only:
+//   phase 0  encode_bitmap: x = g + e, the threshold search of the 4 shards, the bitmap
+//   phase 1  receive_bitmap + encode_sketch: union, r, cell index, the 4 shards' cells and the
+//            peel of its own cells (error feedback)
+//   phase 2  receive_sketch: the peel of its shard's cells
+// x_copy: the time over a device copy of the 4n input bytes, measured in the same run.
+__global__ void or_kernel(const std::uint32_t* words, std::size_t count, std::uint32_t world, std::uint32_t* out) {
+  for (std::size_t i = blockIdx.x * std::size_t{blockDim.x} + threadIdx.x; i < count; i += std::size_t{gridDim.x} * blockDim.x) {
+    std::uint32_t v = 0;
+    for (std::uint32_t r = 0; r < world; ++r) v |= words[r * count + i];
+    out[i] = v;
+  }
+}
+
+void BM_tagc(benchmark::State& state) {
+  const auto n = static_cast<std::size_t>(state.range(0));
+  const int phase = static_cast<int>(state.range(1));
+  constexpr std::uint32_t world = 4;
+  const gcu::tagc::codec tagc(gc::tagc::config{}, gcu::tagc::sketch_layout::padded);
+  std::vector<std::unique_ptr<device_buffer>> mem;
+  std::vector<gcu::tagc::device_state> st(world);
+  device_buffer grads(4 * n * world), ws(*tagc.workspace_bytes(n, world));
+  for (std::uint32_t r = 0; r < world; ++r) {
+    mem.push_back(std::make_unique<device_buffer>(*tagc.state_bytes(n, world)));
+    if (!tagc.make_state({mem[r]->bytes(), mem[r]->size}, n, world, r, st[r])) std::exit(1);
+    fill_kernel<<<1024, 256>>>(grads.as<float>() + r * n, n, 11 + r);
+  }
+  const gc::summable::phase p0 = *tagc.describe(0, st[0]), p1 = *tagc.describe(1, st[0]);
+  device_buffer sends(world * p0.bytes()), uni(p0.bytes()), cells(p1.bytes()), out(4 * gc::summable::shard_size(n, world));
+  const gcu::executor ex{nullptr, {ws.bytes(), ws.size}};
+  const auto grad = [&](std::uint32_t r) { return std::span<const float>(grads.as<float>() + r * n, n); };
+  for (std::uint32_t r = 0; r < world; ++r)
+    if (!tagc.encode_bitmap(ex, st[r], grad(r), {sends.bytes() + r * p0.bytes(), p0.bytes()})) std::exit(1);
+  or_kernel<<<1024, 256>>>(sends.as<std::uint32_t>(), p0.count, world, uni.as<std::uint32_t>());
+  if (!tagc.finish_step(nullptr, st[0])) std::exit(1);
+  BENCH_CUDA(cudaDeviceSynchronize());
+  cudaEvent_t ev[4];
+  for (auto& e : ev) BENCH_CUDA(cudaEventCreate(&e));
+  const auto one_step = [&] {
+    BENCH_CUDA(cudaEventRecord(ev[0]));
+    bool ok = tagc.encode_bitmap(ex, st[0], grad(0), {sends.bytes(), p0.bytes()}).ok();
+    BENCH_CUDA(cudaEventRecord(ev[1]));
+    ok = ok && tagc.receive_bitmap(ex, st[0], {uni.bytes(), p0.bytes()}).ok();
+    ok = ok && tagc.encode_sketch(ex, st[0], {cells.bytes(), p1.bytes()}).ok();
+    BENCH_CUDA(cudaEventRecord(ev[2]));
+    ok = ok && tagc.receive_sketch(ex, st[0], {cells.bytes(), p1.shard_bytes()}, gc::summable::received::shard,
+                                   {out.as<float>(), gc::summable::shard_of(n, world, 0).count}).ok();
+    BENCH_CUDA(cudaEventRecord(ev[3]));
+    ok = ok && tagc.finish_step(nullptr, st[0]).ok();
+    if (!ok) std::exit(1);
+    BENCH_CUDA(cudaEventSynchronize(ev[3]));
+    float ms = 0;
+    BENCH_CUDA(cudaEventElapsedTime(&ms, ev[phase], ev[phase + 1]));
+    return ms * 1e-3;
+  };
+  for (int i = 0; i < 2; ++i) one_step();  // warm-up
+  double total = 0;
+  for (auto _ : state) {
+    const double s = one_step();
+    state.SetIterationTime(s);
+    total += s;
+  }
+  const gcu::tagc::step_report rep = *tagc.read_report(st[0]);
+  const double us = total / static_cast<double>(state.iterations()) * 1e6;
+  const double copy_us = 8.0 * static_cast<double>(n) / copy_gbps(8 * n) / 1e3;  // 4n bytes read + 4n written
+  state.counters["us"] = us;
+  state.counters["x_copy"] = us / copy_us;
+  state.counters["rows"] = rep.rows;
+  state.counters["items"] = phase == 2 ? rep.stats.items : rep.own.items;
+  state.counters["peeled"] = phase == 2 ? rep.stats.peeled : rep.own.peeled;
+  state.counters["rounds"] = phase == 2 ? rep.stats.rounds : rep.own.rounds;
+  for (auto& e : ev) cudaEventDestroy(e);
+}
+
 constexpr std::int64_t n24 = std::int64_t{1} << 24, n27 = std::int64_t{1} << 27;
 
 BENCHMARK(BM_compress_bf16)->Arg(n24)->Arg(n27)->UseManualTime()->Unit(benchmark::kMicrosecond);
@@ -239,6 +317,11 @@ BENCHMARK(BM_accumulate_bf16)->Arg(n24)->Arg(n27)->UseManualTime()->Unit(benchma
 BENCHMARK(BM_compress_bf16_residual)->Arg(n24)->Arg(n27)->UseManualTime()->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_compress_int8)->Arg(n24)->Arg(n27)->UseManualTime()->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_accumulate_int8)->Arg(n24)->Arg(n27)->UseManualTime()->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_tagc)
+    ->ArgsProduct({{n24, n27}, {0, 1, 2}})
+    ->ArgNames({"n", "phase"})
+    ->UseManualTime()
+    ->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_topk)
     ->ArgsProduct({{n24, n27}, {1, 10, 100}})  // density in 1/1000: 0.1%, 1%, 10%
     ->ArgNames({"n", "permille"})

@@ -50,6 +50,8 @@ step build cmake --build "$build" -j "$jobs" --target gradcomp_cuda_tests gradco
   exit 1
 }
 step tests ctest --test-dir "$build" -L gpu --verbose --timeout 900 || status=1
+# The TAGC codec on the GPU against the host codec (tests/cuda/tagc_test.cu), on its own line.
+step tagc_tests "$build/tests/cuda/gradcomp_cuda_tests" --test-case='tagc*' || status=1
 if grep -q "Skipped\|SKIPPED" "$out/tests.log"; then
   say "  WARNING: the gpu tests were skipped (no device visible to the test process)"
   status=1
@@ -75,6 +77,16 @@ for r in runs:
     f = lambda k: ("%.3g" % r[k]) if k in r else ""
     print(f"| {r['name']} | {f('us')} | {f('GBps')} | {f('copy_GBps')} | {f('ratio')} | {f('compression')} | {f('vs_2reads')} |")
 print()
+tagc = [r for r in runs if r["name"].startswith("BM_tagc") and r.get("run_type", "iteration") == "iteration"]
+if tagc:
+    print("TAGC, one rank of W = 4 (phase 0 encode_bitmap; 1 receive_bitmap + encode_sketch; 2 receive_sketch):")
+    print()
+    print("| benchmark | us | x copy of 4n bytes | rows | items | peeled | rounds |")
+    print("|---|---:|---:|---:|---:|---:|---:|")
+    for r in tagc:
+        g = lambda k: ("%.4g" % r[k]) if k in r else ""
+        print(f"| {r['name']} | {g('us')} | {g('x_copy')} | {g('rows')} | {g('items')} | {g('peeled')} | {g('rounds')} |")
+    print()
 print("Targets (issue 3):")
 def target(name, key, ok, text):
     r = by.get(name)

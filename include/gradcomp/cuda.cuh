@@ -8,4 +8,5 @@
 #include "cuda/compressor.cuh"
 #include "cuda/crc32c.cuh"
 #include "cuda/sketch.cuh"
+#include "cuda/tagc.cuh"
 #include "cuda/topk_select.cuh"

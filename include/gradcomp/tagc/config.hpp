@@ -124,7 +124,8 @@ inline std::size_t max_items(const config& c, std::size_t n, std::uint32_t world
   return each >= (s + world - 1) / world ? s : each * world;
 }
 
-inline std::uint32_t rows_for(const config& c, std::size_t shard_elements, std::size_t items) {
+// (GRADCOMP_HD: the CUDA codec computes r on the device from the union it received.)
+GRADCOMP_HD inline std::uint32_t rows_for(const config& c, std::size_t shard_elements, std::size_t items) {
   double r = 1.0;
   if (c.rows == sizing::ratio) {
     const double blocks = std::ceil(static_cast<double>(shard_elements) / c.block);
