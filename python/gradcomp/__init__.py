@@ -13,9 +13,9 @@ Compressors by name on torch tensors (or any DLPack / buffer-protocol array), wi
 DDP communication hooks live in gradcomp.ddp (docs/integrations.md).
 """
 
-from ._core import Compressor, Error, State, codecs
+from ._core import Compressor, Error, PhaseCodec, PhaseState, State, SummableCast, Tagc, codecs
 
-__all__ = ["Compressor", "Error", "State", "codecs", "ddp"]
+__all__ = ["Compressor", "Error", "PhaseCodec", "PhaseState", "State", "SummableCast", "Tagc", "codecs", "ddp", "fsdp"]
 
 
 def __getattr__(name):  # gradcomp.ddp imports torch.distributed: load it on first use
