@@ -108,16 +108,18 @@ def plot(rows, path):
     import matplotlib.pyplot as plt
 
     rates = [r for r in RATE_BITS if r in rows[0]["rates"]]
-    fig, ax = plt.subplots(figsize=(10, 4.5))
+    fig, ax = plt.subplots(figsize=(10, 5.5))
     w = 0.8 / len(rows)
+    colors = plt.cm.tab20.colors  # 20 distinct colours: one per method
     for i, row in enumerate(rows):
         ys = [row["steps"] * row["rates"][r]["ms"] / 1e3 if row["steps"] else 0 for r in rates]
-        ax.bar([j + i * w for j in range(len(rates))], ys, w, label=row["label"])
+        ax.bar([j + i * w for j in range(len(rates))], ys, w, label=row["label"], color=colors[i % len(colors)],
+               hatch="//" if "FSDP" in row["label"] else None)
     ax.set_xticks([j + 0.4 - w / 2 for j in range(len(rates))], rates)
     ax.set_ylabel("time to target loss (s)")
     ax.set_yscale("log")
-    ax.set_title("DDP training time to target under a limited link (2 ranks, gloo)")
-    ax.legend(fontsize=8, ncol=2)
+    ax.set_title("Training time to target under a limited link (2 ranks, gloo; DDP, FSDP2 hatched)")
+    ax.legend(fontsize=8, ncol=3, loc="upper center", bbox_to_anchor=(0.5, -0.08))
     fig.tight_layout()
     fig.savefig(path, dpi=110)
 
