@@ -59,6 +59,22 @@ def analyse(res):
     return target, rows
 
 
+def noise(res):
+    """Per rate: the spread of a method's repeats, (slowest - fastest) / fastest median step time,
+    as the median and the largest over methods."""
+    out = {}
+    for rate, rr in res["rates"].items():
+        spreads = []
+        for runs in rr.values():
+            ms = [median_step(x["step_times"]) for x in (runs if isinstance(runs, list) else [runs])]
+            if len(ms) > 1:
+                spreads.append((max(ms) - min(ms)) / min(ms))
+        if spreads:
+            spreads.sort()
+            out[rate] = (spreads[len(spreads) // 2], spreads[-1], len(rr[next(iter(rr))]))
+    return out
+
+
 def table(res, target, rows):
     rates = [r for r in RATE_BITS if any(r in row["rates"] for row in rows)]
     how = "measured in network namespaces" if res["rates"] else f"alpha-beta model ({res['netns']})"
@@ -77,6 +93,11 @@ def table(res, target, rows):
             ms = f"{x['ms']:.0f} ({x['model_ms']:.0f})" if x["measured"] else f"model {x['model_ms']:.0f}"
             cells += [ms, tt]
         out.append("| " + " | ".join(cells) + " |")
+    spread = noise(res)
+    if spread:
+        out += ["", "Repeat-to-repeat spread of the median step time ((slowest - fastest) / fastest over "
+                f"{next(iter(spread.values()))[2]} interleaved repeats; the table keeps the fastest): " +
+                ", ".join(f"{r} median {m:.0%}, worst {w:.0%}" for r, (m, w, _) in spread.items()) + "."]
     return "\n".join(out)
 
 
@@ -87,16 +108,18 @@ def plot(rows, path):
     import matplotlib.pyplot as plt
 
     rates = [r for r in RATE_BITS if r in rows[0]["rates"]]
-    fig, ax = plt.subplots(figsize=(10, 4.5))
+    fig, ax = plt.subplots(figsize=(10, 5.5))
     w = 0.8 / len(rows)
+    colors = plt.cm.tab20.colors  # 20 distinct colours: one per method
     for i, row in enumerate(rows):
         ys = [row["steps"] * row["rates"][r]["ms"] / 1e3 if row["steps"] else 0 for r in rates]
-        ax.bar([j + i * w for j in range(len(rates))], ys, w, label=row["label"])
+        ax.bar([j + i * w for j in range(len(rates))], ys, w, label=row["label"], color=colors[i % len(colors)],
+               hatch="//" if "FSDP" in row["label"] else None)
     ax.set_xticks([j + 0.4 - w / 2 for j in range(len(rates))], rates)
     ax.set_ylabel("time to target loss (s)")
     ax.set_yscale("log")
-    ax.set_title("DDP training time to target under a limited link (2 ranks, gloo)")
-    ax.legend(fontsize=8, ncol=2)
+    ax.set_title("Training time to target under a limited link (2 ranks, gloo; DDP, FSDP2 hatched)")
+    ax.legend(fontsize=8, ncol=3, loc="upper center", bbox_to_anchor=(0.5, -0.08))
     fig.tight_layout()
     fig.savefig(path, dpi=110)
 

@@ -1,24 +1,16 @@
 #pragma once
 // Gradient exchanges over MPI: the local gradient goes in, the average over all ranks comes
-// out, and gradcomp decides what travels. Two of the library's aggregation paths:
+// out, and gradcomp decides what travels. Both of the library's aggregation paths:
 //
-//   summable casts (quantize::none, bf16, fp16): every rank encodes its gradient / world
-//     with the quantizer's own encode(), MPI_Allreduce adds the codes element-wise, and
-//     decode() turns the sum back into floats. fp32 uses MPI_FLOAT + MPI_SUM; the 16-bit
-//     casts use a user-defined MPI_Op that adds two codes in fp32 and rounds the sum back
-//     to the wire type (so every partial sum is a 16-bit value, as with NCCL's bf16 SUM).
+//   summable path (summable.hpp): codecs that declare phases (summable::cast<Q>, tagc::codec).
+//     Each phase's buffer goes through the MPI collective that applies its declared reduction:
+//     MPI_Allreduce, or MPI_Reduce_scatter_block for a shardable phase, then the ranks
+//     all-gather what they decoded.
 //
-//   gather path (any other compressor): compress -> MPI_Allgather of the payload sizes ->
-//     MPI_Allgatherv of the payloads -> accumulate every rank's frames, rank 0 first, into
+//   gather path (this file, any compressor<>): compress -> MPI_Allgather of the payload sizes
+//     -> MPI_Allgatherv of the payloads -> accumulate every rank's frames, rank 0 first, into
 //     a zeroed sum -> divide by the world size. Every rank adds the same frames in the same
 //     order, so the replicas stay bit-identical.
-//
-// Extension point: a summable codec with phases (a small metadata phase reduced with MAX,
-// OR or a sum-safe packing, then a SUM code phase, then decode) becomes one more class
-// derived from `exchange`: one MPI_Allreduce per declared phase with the phase's operation
-// (MPI_MAX, MPI_BOR, MPI_SUM) on the phase's element type, or MPI_Reduce_scatter_block when
-// the codec's partitioner shards the buffer, then the codec's decode. Nothing else here
-// changes.
 
 #include <gradcomp/gradcomp.hpp>
 #include <mpi.h>
@@ -28,10 +20,8 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
-#include <memory>
 #include <span>
 #include <string>
-#include <type_traits>
 #include <vector>
 
 namespace mpi_example {
@@ -44,67 +34,43 @@ namespace gc = gradcomp;
   std::abort();  // not reached
 }
 
+// What one rank puts into the collectives in a step: `buffers` is the bytes of its send
+// buffers (what it hands to MPI); `ring` is what a ring algorithm makes it send on the wire
+// (all-reduce 2 (W-1)/W of the buffer, reduce-scatter (W-1)/W, all-gather every block but the
+// next rank's), the figure that compares collectives of different kinds.
+struct traffic {
+  double buffers = 0.0, ring = 0.0;
+  traffic& operator+=(const traffic& o) {
+    buffers += o.buffers;
+    ring += o.ring;
+    return *this;
+  }
+};
+
+inline traffic all_reduce_traffic(double bytes, int world) { return {bytes, 2.0 * (world - 1) / world * bytes}; }
+inline traffic reduce_scatter_traffic(double bytes, int world) { return {bytes, static_cast<double>(world - 1) / world * bytes}; }
+// An all-gather(v) of per-rank blocks: a ring forwards every block but the next rank's.
+inline traffic all_gather_traffic(std::span<const int> block_bytes, int rank) {
+  double total = 0.0;
+  for (int b : block_bytes) total += b;
+  const int world = static_cast<int>(block_bytes.size());
+  return {static_cast<double>(block_bytes[static_cast<std::size_t>(rank)]),
+          total - block_bytes[static_cast<std::size_t>((rank + 1) % world)]};
+}
+
 class exchange {
  public:
   virtual ~exchange() = default;
   virtual std::string name() const = 0;
-  virtual const char* path() const = 0;
-  // Writes the average over ranks of every rank's `grad` into `avg`; returns the bytes this
-  // rank contributed to the collectives (its payload, or the buffer it all-reduces).
-  virtual std::size_t average(std::span<const float> grad, std::span<float> avg) = 0;
-};
-
-// ---- Summable casts.
-
-template <class Q>
-void wire_sum(void* in, void* inout, int* len, MPI_Datatype*) {
-  const auto* a = static_cast<const typename Q::code_type*>(in);
-  auto* b = static_cast<typename Q::code_type*>(inout);
-  const typename Q::config cfg{};
-  const typename Q::meta m{};
-  for (int i = 0; i < *len; ++i) b[i] = Q::encode(cfg, m, Q::decode(cfg, m, a[i]) + Q::decode(cfg, m, b[i]), 0);
-}
-
-template <class Q>
-class cast_allreduce final : public exchange {
-  static_assert(Q::summable && std::is_base_of_v<gc::ungrouped_quantizer, Q> && Q::meta_bytes == 0,
-                "cast_allreduce needs a summable cast quantizer");
-  using code = typename Q::code_type;
-
- public:
-  cast_allreduce(std::string name, MPI_Comm comm) : name_(std::move(name)), comm_(comm) {
-    MPI_Comm_size(comm_, &world_);
-    if constexpr (sizeof(code) != 4) MPI_Op_create(&wire_sum<Q>, /*commute=*/1, &op_);
-  }
-  ~cast_allreduce() override {
-    if (op_ != MPI_OP_NULL) MPI_Op_free(&op_);
-  }
-  std::string name() const override { return name_; }
-  const char* path() const override { return "summable (MPI_Allreduce SUM)"; }
-
-  std::size_t average(std::span<const float> grad, std::span<float> avg) override {
-    const int n = static_cast<int>(grad.size());
-    if constexpr (sizeof(code) == 4) {  // fp32: the plain all-reduce
-      MPI_Allreduce(grad.data(), avg.data(), n, MPI_FLOAT, MPI_SUM, comm_);
-      for (float& v : avg) v /= static_cast<float>(world_);
-    } else {
-      // Divide first (as PyTorch's fp16 hook does): the sum of averages cannot overflow fp16.
-      wire_.resize(grad.size());
-      const typename Q::config cfg{};
-      const typename Q::meta m{};
-      for (std::size_t i = 0; i < grad.size(); ++i) wire_[i] = Q::encode(cfg, m, grad[i] / static_cast<float>(world_), 0);
-      MPI_Allreduce(MPI_IN_PLACE, wire_.data(), n, MPI_UINT16_T, op_, comm_);
-      for (std::size_t i = 0; i < grad.size(); ++i) avg[i] = Q::decode(cfg, m, wire_[i]);
-    }
-    return grad.size() * sizeof(code);
-  }
-
- private:
-  std::string name_;
-  MPI_Comm comm_;
-  int world_ = 1;
-  MPI_Op op_ = MPI_OP_NULL;
-  std::vector<code> wire_;
+  virtual std::string path() const = 0;
+  // Writes the average over ranks of every rank's `grad` into `avg`; returns what this rank
+  // put into the collectives.
+  virtual traffic average(std::span<const float> grad, std::span<float> avg) = 0;
+  // Diagnostics only (not part of the default list, e.g. a codec with its feedback dropped).
+  virtual bool diagnostic() const { return false; }
+  // A codec's own figures over the run, summed over ranks by the caller (TAGC: union size and
+  // peeled items); empty when there are none.
+  virtual std::vector<double> counters() const { return {}; }
 };
 
 // ---- Gather path.
@@ -116,6 +82,7 @@ class gather final : public exchange {
       : name_(std::move(name)), comp_(cfg), comm_(comm) {
     if (auto s = comp_.validate(); !s) fail(name_.c_str(), s);
     MPI_Comm_size(comm_, &world_);
+    MPI_Comm_rank(comm_, &rank_);
     state_ = comp_.make_state(n);
     payload_.resize(comp_.template max_payload_bytes<float>(n));
     received_.resize(payload_.size() * static_cast<std::size_t>(world_));
@@ -123,9 +90,9 @@ class gather final : public exchange {
     displs_.resize(static_cast<std::size_t>(world_));
   }
   std::string name() const override { return name_; }
-  const char* path() const override { return "gather (MPI_Allgatherv)"; }
+  std::string path() const override { return "gather: MPI_Allgatherv"; }
 
-  std::size_t average(std::span<const float> grad, std::span<float> avg) override {
+  traffic average(std::span<const float> grad, std::span<float> avg) override {
     const auto sent = comp_.template compress<float>(grad, state_, payload_);
     if (!sent) fail("compress", sent.error());
     const int mine = static_cast<int>(*sent);
@@ -140,14 +107,17 @@ class gather final : public exchange {
       if (auto s = comp_.template accumulate<float>(frames, avg); !s) fail("accumulate", s);
     }
     for (float& v : avg) v /= static_cast<float>(world_);
-    return *sent + sizeof(int);
+    traffic t = all_gather_traffic(counts_, rank_);
+    const std::vector<int> sizes(static_cast<std::size_t>(world_), static_cast<int>(sizeof(int)));
+    t += all_gather_traffic(sizes, rank_);
+    return t;
   }
 
  private:
   std::string name_;
   C comp_;
   MPI_Comm comm_;
-  int world_ = 1;
+  int world_ = 1, rank_ = 0;
   gc::state state_;
   std::vector<std::byte> payload_, received_;
   std::vector<int> counts_, displs_;

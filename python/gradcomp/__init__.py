@@ -10,17 +10,19 @@ Compressors by name on torch tensors (or any DLPack / buffer-protocol array), wi
     n = c.compress(g, st, out)                               # frames in out[:n]
     s = torch.zeros_like(g); c.accumulate(out[:n], s)        # s += decoded
 
-DDP communication hooks live in gradcomp.ddp (docs/integrations.md).
+Summable codecs run in phases whose buffers the transport reduces (gradcomp.Tagc: TAGC-2;
+gradcomp.SummableCast). DDP communication hooks live in gradcomp.ddp (the TAGC hook too), TAGC
+as FSDP2's reduce-scatter in gradcomp.fsdp (docs/integrations.md).
 """
 
-from ._core import Compressor, Error, State, codecs
+from ._core import Compressor, Error, PhaseCodec, PhaseState, State, SummableCast, Tagc, codecs
 
-__all__ = ["Compressor", "Error", "State", "codecs", "ddp"]
+__all__ = ["Compressor", "Error", "PhaseCodec", "PhaseState", "State", "SummableCast", "Tagc", "codecs", "ddp", "fsdp", "tagc"]
 
 
-def __getattr__(name):  # gradcomp.ddp imports torch.distributed: load it on first use
-    if name == "ddp":
+def __getattr__(name):  # these import torch.distributed: load them on first use
+    if name in ("ddp", "fsdp", "tagc"):
         import importlib
 
-        return importlib.import_module(".ddp", __name__)
+        return importlib.import_module("." + name, __name__)
     raise AttributeError(name)

@@ -16,6 +16,11 @@ Two paths, chosen by the codec (docs/integrations.md):
   norms) travel as raw fp32. One all-gather of fixed-size slots carries everything; every
   rank decodes every rank's frames in rank order, so replicas stay bit-identical.
 
+* TAGC-2 (``TagcHookState``): every matrix parameter at least ``min_compress_numel`` long
+  has its own TAGC state; a bucket's bitmaps go out in one all-reduce (BOR, or SUM for the
+  sum-safe packing), then its sketches, with the bucket's other parameters cast to the cell
+  type, in one SUM all-reduce; every rank decodes every shard (docs/integrations.md).
+
 The hook state is checkpointable: ``state_dict()`` (a collective: every rank calls it)
 gathers every rank's residuals, thresholds and steps; ``load_state_dict()`` restores them,
 exactly when the world size is unchanged, and as the mean residual per rank when it changed
@@ -27,6 +32,7 @@ import torch
 import torch.distributed as dist
 
 from ._core import Compressor
+from .tagc import TagcStates
 
 _WIRE_DTYPE = {"bf16": torch.bfloat16, "fp16": torch.float16}
 _FORMAT = 1
@@ -141,14 +147,13 @@ class _Plan:
         self.recv = torch.empty(world * self.slot_bytes, dtype=torch.uint8)
 
 
-def hook(state: HookState, bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:
-    """The DDP communication hook: returns a future of the averaged bucket."""
+def hook(state, bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:
+    """The DDP communication hook (HookState or TagcHookState): a future of the averaged bucket."""
     state.calls += 1
+    if isinstance(state, TagcHookState):
+        return _tagc(state, bucket)
     if state.compressor.summable:
         return _summable(state, bucket)
-    # Extension point: a summable codec with phases (TAGC-2: metadata phase reduced with
-    # MAX / OR / sum-safe packing, SUM code phase, decode) dispatches here to its own
-    # exchange (one all_reduce per phase); everything else is the gather path.
     return _gather(state, bucket)
 
 
@@ -211,3 +216,96 @@ def _gather(state: HookState, bucket) -> torch.futures.Future:
         return bucket.buffer()
 
     return dist.all_gather_into_tensor(plan.recv, send, group=pg, async_op=True).get_future().then(done)
+
+
+class TagcHookState(TagcStates):
+    """TAGC-2 for DDP: one TAGC state per compressed parameter (keyed by name, so DDP's bucket
+    rebuild changes nothing), the phases batched per bucket. ``select(name, param)`` chooses the
+    compressed parameters (default: matrices of at least ``min_compress_numel`` elements:
+    embeddings, attention and MLP weights, LM head); the rest travel as the cell type (bf16).
+    ``preset`` and ``config`` are gradcomp.Tagc's."""
+
+    def __init__(self, model: torch.nn.Module, preset: str = "default", process_group=None,
+                 min_compress_numel: int = 1024, select=None, **config):
+        super().__init__(preset, process_group, **config)
+        self.min_compress_numel = int(min_compress_numel)
+        select = select or (lambda name, p: p.dim() >= 2 and p.numel() >= self.min_compress_numel)
+        world, rank = self.world(), self.rank()
+        self._names = {}
+        for name, p in model.named_parameters():
+            if not p.requires_grad:
+                continue
+            self._names[p.data_ptr()] = _strip(name)
+            if select(_strip(name), p):
+                self.states[_strip(name)] = self.codec.make_state(p.numel(), world, rank)
+        self._plans = {}  # bucket parameter names -> _TagcPlan
+        self.calls = 0
+
+    _name = HookState._name
+
+
+class _TagcPlan:
+    """A bucket's compressed parameters (their bitmap words' offsets) and the others."""
+
+    def __init__(self, state: TagcHookState, names, grads):
+        self.big, self.small, at = [], [], 0
+        for i, name in enumerate(names):
+            if name in state.states:
+                words = state.codec.describe(0, state.states[name])["count"]
+                self.big.append((i, name, at, words))
+                at += words
+            else:
+                self.small.append(i)
+        self.bits = torch.empty(at, dtype=torch.int32)
+        self.small_count = sum(grads[i].numel() for i in self.small)
+
+
+def _tagc(state: TagcHookState, bucket) -> torch.futures.Future:
+    buf, pg, world, c = bucket.buffer(), state.process_group, state.world(), state.codec
+    if buf.dtype != torch.float32:
+        raise TypeError("gradcomp TAGC hook: float32 buckets expected")
+    grads = [g.view(-1) for g in bucket.gradients()]
+    names = tuple(state._name(p) for p in bucket.parameters())
+    plan = state._plans.get(names)
+    if plan is None:
+        plan = state._plans[names] = _TagcPlan(state, names, grads)
+    buf.div_(world)  # the codec sums averages; residuals are in the average's units
+    # Phase 0, waited for: the sketch's size follows from the union, and issuing the second
+    # collective here (not from a callback) keeps the ranks' collectives in one order.
+    for i, name, at, words in plan.big:
+        c.encode(0, grads[i], state.states[name], plan.bits[at:at + words])
+    if plan.big:
+        dist.all_reduce(plan.bits, op=state.bitmap_op, group=pg)
+    counts = []
+    for i, name, at, words in plan.big:
+        st = state.states[name]
+        c.receive(0, st, plan.bits[at:at + words])
+        counts.append(c.describe(1, st)["count"])
+    # Phase 1: every compressed parameter's sketch, then the others cast to the cell type.
+    sketched = sum(counts)
+    cells = torch.empty(sketched + plan.small_count, dtype=state.cell_dtype)
+    at = 0
+    for (i, name, _, _), n in zip(plan.big, counts):
+        c.encode(1, grads[i], state.states[name], cells[at:at + n])
+        at += n
+    for i in plan.small:
+        n = grads[i].numel()
+        cells[at:at + n].copy_(grads[i])  # round to nearest even, as the library's casts
+        at += n
+    state.bytes_sent += plan.bits.numel() * 4 + cells.numel() * cells.element_size()
+
+    def done(_):
+        at = 0
+        for (i, name, _, _), n in zip(plan.big, counts):
+            st = state.states[name]
+            c.receive(1, st, cells[at:at + n], grads[i])
+            c.finish_step(st)
+            state.count(st)
+            at += n
+        for i in plan.small:
+            n = grads[i].numel()
+            grads[i].copy_(cells[at:at + n])
+            at += n
+        return buf
+
+    return dist.all_reduce(cells, group=pg, async_op=True).get_future().then(done)

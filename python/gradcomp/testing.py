@@ -75,7 +75,8 @@ def register(model, spec: str, **options):
     """Registers the hook named by spec on a DDP model and returns its state (or None).
 
     spec: "fp32" (DDP's own all-reduce), "torch:bf16", "torch:fp16", "torch:powersgd"
-    (rank 4 by default, PyTorch's hooks), or the name of a gradcomp codec."""
+    (rank 4 by default, PyTorch's hooks), "tagc" (gradcomp.ddp.TagcHookState; options are
+    gradcomp.Tagc's, with "preset"), or the name of a gradcomp codec."""
     from torch.distributed.algorithms.ddp_comm_hooks import default_hooks, powerSGD_hook
 
     if spec == "fp32":
@@ -91,9 +92,32 @@ def register(model, spec: str, **options):
                                          start_powerSGD_iter=options.get("start_iter", 10), random_seed=0)
         model.register_comm_hook(st, powerSGD_hook.powerSGD_hook)
         return st
-    st = ddp.HookState(model, spec, **options)
+    st = ddp.TagcHookState(model, **options) if spec == "tagc" else ddp.HookState(model, spec, **options)
     model.register_comm_hook(st, ddp.hook)
     return st
+
+
+def _shard(net, spec: str, options):
+    """FSDP2 (fully_shard per block, then the root); "fsdp:tagc" sets gradcomp.fsdp's reduce-scatter."""
+    from torch.distributed.fsdp import fully_shard
+
+    for b in net.blocks:
+        fully_shard(b)
+    fully_shard(net)
+    if spec == "fsdp:tagc":
+        from . import fsdp
+
+        return fsdp.attach(net, **(options or {}))
+    if spec != "fsdp:fp32":
+        raise ValueError(f"unknown sharded spec {spec!r}")
+    return None
+
+
+def _full_state(net, opt):
+    """Model and optimizer state as full tensors on every rank (a collective)."""
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, get_state_dict
+
+    return get_state_dict(net, opt, options=StateDictOptions(full_state_dict=True))
 
 
 def init_process_group(rank: int, world: int, port: int, threads: int = 1):
@@ -114,11 +138,15 @@ def train(spec: str, steps: int, *, options=None, batch=8, seq=32, optimizer="sg
     model_kw = dict(model_kw or {})
     torch.manual_seed(seed)
     net = TinyTransformer(seq=seq, **model_kw)
-    # PowerSGD issues its second and third all-reduce from future callbacks, which gloo runs in
-    # completion order: with several buckets the ranks can issue them in different orders
-    # (a collective mismatch under a slow link). One bucket keeps it correct.
-    model = DDP(net, bucket_cap_mb=1024) if spec == "torch:powersgd" else DDP(net)
-    hook_state = register(model, spec, **(options or {}))
+    sharded = spec.startswith("fsdp:")
+    if sharded:
+        model, hook_state = net, _shard(net, spec, options)
+    else:
+        # PowerSGD issues its second and third all-reduce from future callbacks, which gloo runs
+        # in completion order: with several buckets the ranks can issue them in different
+        # orders (a collective mismatch under a slow link). One bucket keeps it correct.
+        model = DDP(net, bucket_cap_mb=1024) if spec == "torch:powersgd" else DDP(net)
+        hook_state = register(model, spec, **(options or {}))
     # SGD with momentum (default): the update follows the gradient's scale, so a codec that gets
     # the average wrong shows in the loss (Adam's per-parameter normalisation would hide it).
     if optimizer == "sgd":
@@ -128,8 +156,14 @@ def train(spec: str, steps: int, *, options=None, batch=8, seq=32, optimizer="sg
     task = MarkovTask(vocab=net.tok.num_embeddings, seed=seed)
     if resume is not None:
         ck = torch.load(resume, weights_only=False)
-        net.load_state_dict(ck["model"])
-        opt.load_state_dict(ck["opt"])
+        if sharded:
+            from torch.distributed.checkpoint.state_dict import StateDictOptions, set_state_dict
+
+            set_state_dict(net, opt, model_state_dict=ck["model"], optim_state_dict=ck["opt"],
+                           options=StateDictOptions(full_state_dict=True))
+        else:
+            net.load_state_dict(ck["model"])
+            opt.load_state_dict(ck["opt"])
         if hook_state is not None:
             hook_state.load_state_dict(ck["hook"])
     losses, t_target = [], None
@@ -147,15 +181,20 @@ def train(spec: str, steps: int, *, options=None, batch=8, seq=32, optimizer="sg
         if target_loss is not None and t_target is None and len(losses) >= 10 and sum(losses[-10:]) / 10 <= target_loss:
             t_target = time.perf_counter() - t0
         if save_at is not None and step + 1 == save_at:
-            hook_sd = hook_state.state_dict() if isinstance(hook_state, ddp.HookState) else None  # collective
+            hook_sd = hook_state.state_dict() if hasattr(hook_state, "load_state_dict") else None  # collective
+            msd, osd = _full_state(net, opt) if sharded else (net.state_dict(), opt.state_dict())
             if rank == 0:
-                torch.save({"model": net.state_dict(), "opt": opt.state_dict(), "hook": hook_sd}, save_path)
+                torch.save({"model": msd, "opt": osd, "hook": hook_sd}, save_path)
             dist.barrier()
     seconds = time.perf_counter() - t0
     with torch.no_grad():
         ex, ey = task.batch(-7, 64, seq)  # held out, the same on every rank
         ev = F.cross_entropy(net(ex).flatten(0, 1), ey.flatten()).item()
-    flat = torch.cat([p.detach().flatten() for p in net.parameters()])
+    if sharded:
+        flat = torch.cat([t.detach().flatten() for t in _full_state(net, opt)[0].values()])
+    else:
+        flat = torch.cat([p.detach().flatten() for p in net.parameters()])
     return {"losses": losses, "eval": ev, "seconds": seconds, "time_to_target": t_target,
             "bytes_sent": getattr(hook_state, "bytes_sent", None), "params": flat,
+            "peeled": hook_state.peel_fraction() if hasattr(hook_state, "peel_fraction") else None,
             "initial_loss": math.log(net.tok.num_embeddings)}

@@ -9,15 +9,13 @@
 
 #include <string>
 
+#include "arrays.hpp"
 #include "codec.hpp"
 
 namespace nb = nanobind;
 using namespace gradcomp_py;
 
 namespace {
-
-using in_array = nb::ndarray<nb::ro>;  // any dtype, device and layout; checked below
-using out_array = nb::ndarray<>;      // the same, writable
 
 struct state_box {
   gc::state st;
@@ -29,45 +27,16 @@ struct codec_box {
   std::unique_ptr<codec> impl;
 };
 
-template <class A>
-bool contiguous(const A& a) {
-  std::int64_t expect = 1;
-  for (std::size_t d = a.ndim(); d-- > 0;) {
-    if (a.shape(d) != 1 && a.stride(d) != expect) return false;
-    expect *= static_cast<std::int64_t>(a.shape(d));
-  }
-  return true;
-}
-
-template <class A>
-void check_cpu_contiguous(const A& a, const char* what) {
-  if (a.device_type() != nb::device::cpu::value)
-    throw nb::value_error((std::string(what) + ": only CPU arrays (this build has no CUDA support)").c_str());
-  if (!contiguous(a)) throw nb::value_error((std::string(what) + ": array must be contiguous (call .contiguous())").c_str());
-}
-
-template <class A>
-gc::dtype grad_dtype(const A& a, const char* what) {
-  const nb::dlpack::dtype t = a.dtype();
-  if (t == nb::dtype<float>()) return gc::dtype::f32;
-  if (t.code == static_cast<std::uint8_t>(nb::dlpack::dtype_code::Bfloat) && t.bits == 16 && t.lanes == 1)
-    return gc::dtype::bf16;
-  throw nb::type_error((std::string(what) + ": gradients must be float32 or bfloat16").c_str());
-}
-
-template <class A>
-std::span<std::byte> byte_view(const A& a, const char* what) {
-  check_cpu_contiguous(a, what);
-  if (a.itemsize() != 1) throw nb::type_error((std::string(what) + ": payloads are uint8 (or int8) arrays").c_str());
-  return {static_cast<std::byte*>(const_cast<void*>(a.data())), a.size()};
-}
-
 gc::dtype parse_dtype(nb::handle h) {
   const std::string s = nb::cast<std::string>(nb::str(h));
   if (s.ends_with("bfloat16")) return gc::dtype::bf16;
   if (s.ends_with("float32")) return gc::dtype::f32;
   throw nb::type_error("dtype must be float32 or bfloat16");
 }
+
+}  // namespace
+
+namespace gradcomp_py {
 
 options to_options(const nb::kwargs& kw) {
   options o;
@@ -88,12 +57,7 @@ nb::dict to_dict(const options& o) {
   return d;
 }
 
-// A NumPy view of a state array (torch.from_numpy wraps it without a copy either).
-nb::ndarray<nb::numpy, float, nb::ndim<1>> float_view(std::vector<float>& v) {
-  return nb::ndarray<nb::numpy, float, nb::ndim<1>>(v.data(), {v.size()}, nb::handle());
-}
-
-}  // namespace
+}  // namespace gradcomp_py
 
 NB_MODULE(_core, m) {
   m.doc() = "gradcomp: gradient compression (bindings of the header-only C++ library)";
@@ -192,4 +156,6 @@ NB_MODULE(_core, m) {
         c.impl->decode_cast(codes.data(), const_cast<float*>(static_cast<const float*>(dst.data())), dst.size(), add);
       }, nb::arg("codes").noconvert(), nb::arg("dst").noconvert(), nb::arg("add") = false,
          "Summable casts: dst = decode(codes), or dst += decode(codes).");
+
+  bind_summable(m);
 }

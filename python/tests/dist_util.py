@@ -1,5 +1,5 @@
-"""Runs a function on `world` gloo ranks (torch.multiprocessing.spawn) and returns what
-rank 0's function returned."""
+"""Test helpers: run a function on `world` gloo ranks (torch.multiprocessing.spawn) and return
+what rank 0's function returned; compare tensors across ranks; simulate TAGC's collectives."""
 
 import os
 import socket
@@ -42,3 +42,39 @@ def all_same(t: torch.Tensor) -> bool:
     dist.all_reduce(lo, op=dist.ReduceOp.MIN)
     dist.all_reduce(hi, op=dist.ReduceOp.MAX)
     return bool(torch.equal(lo, hi))
+
+
+def simulate_tagc(codec, states, grads, shard=False):
+    """One TAGC step of len(states) simulated ranks: OR / SUM of the bitmaps, SUM of the cells in
+    float32 (rounded back to the cell type). Returns each rank's output (whole or its shard)."""
+    world, n = len(states), grads[0].numel()
+    p0 = codec.describe(0, states[0])
+    bits = [torch.zeros(p0["count"], dtype=torch.int32) for _ in states]
+    for g, st, b in zip(grads, states, bits):
+        ptr = b.data_ptr()
+        codec.encode(0, g, st, b)
+        assert b.data_ptr() == ptr  # written in place
+    red = bits[0].clone()
+    for b in bits[1:]:
+        red = red | b if p0["op"] == "bor" else red + b
+    for st in states:
+        codec.receive(0, st, red)
+    p1 = codec.describe(1, states[0])
+    dtype = torch.bfloat16 if p1["type"] == "bf16" else torch.float32
+    cells = [torch.empty(p1["count"], dtype=dtype) for _ in states]
+    for g, st, c in zip(grads, states, cells):
+        codec.encode(1, g, st, c)
+    summed = sum(c.float() for c in cells).to(dtype)
+    outs = []
+    for r, st in enumerate(states):
+        s = p1["shard_count"]
+        if shard:
+            size = min(n, (r + 1) * -(-n // world)) - min(n, r * -(-n // world))
+            out = torch.zeros(size)
+            codec.receive(1, st, summed[r * s:(r + 1) * s].clone(), out)
+        else:
+            out = torch.zeros(n)
+            codec.receive(1, st, summed, out)
+        codec.finish_step(st)
+        outs.append(out)
+    return outs

@@ -1,0 +1,272 @@
+// Summable codecs with phases (summable/phases.hpp): TAGC-2 (tagc::codec) and the summable
+// casts (summable::cast<Q>), as gradcomp.Tagc and gradcomp.SummableCast. Python runs the
+// collectives: for each phase k, describe(k, state) gives the element type, the reduction and
+// the count; encode(k, grad, state, buffer) fills the caller's tensor; the caller reduces it
+// (all_reduce / reduce_scatter_tensor) and hands the result to receive(k, state, reduced, out).
+// Every array is used in place; the GIL is released while the library works.
+
+#include <nanobind/nanobind.h>
+#include <nanobind/ndarray.h>
+#include <nanobind/stl/string.h>
+#include <nanobind/stl/tuple.h>
+#include <nanobind/stl/vector.h>
+
+#include <memory>
+#include <string>
+#include <tuple>
+#include <variant>
+#include <vector>
+
+#include "arrays.hpp"
+
+namespace gradcomp_py {
+
+namespace {
+
+using cast_f32 = gc::summable::cast<gc::quantize::none>;
+using cast_bf16 = gc::summable::cast<gc::quantize::bf16>;
+using cast_f16 = gc::summable::cast<gc::quantize::fp16>;
+using any_codec = std::variant<gc::tagc::codec, cast_f32, cast_bf16, cast_f16>;
+using any_state = std::variant<gc::tagc::state, gc::summable::rank_state>;
+
+struct phase_state {
+  any_state st;
+  std::string owner;  // the codec (and config) that made it
+};
+
+struct phase_codec {
+  any_codec c;
+  std::string identity;
+};
+
+template <class S>
+S& state_of(const phase_codec& pc, phase_state& ps) {
+  if (ps.owner != pc.identity) raise({gc::errc::codec_mismatch, "state made by another codec or configuration"});
+  return std::get<S>(ps.st);
+}
+
+// --- TAGC configuration from keyword options.
+gc::summable::wire_type as_cells(const std::string& key, const option_value& v) {
+  const std::string s = as_string(key, v);
+  if (s == "bf16" || s == "bfloat16") return gc::summable::wire_type::bf16;
+  if (s == "fp32" || s == "float32") return gc::summable::wire_type::f32;
+  bad_option(key, "must be 'bf16' or 'fp32'");
+}
+
+gc::tagc::config tagc_config(const std::string& preset, const options& o) {
+  gc::tagc::config c;
+  if (preset == "tagc2") c = gc::tagc::preset_tagc2();
+  else if (preset == "v1") c = gc::tagc::preset_v1();
+  else if (preset != "default") bad_option("preset", "must be 'default', 'tagc2' or 'v1'");
+  for (const auto& [key, v] : o) {
+    auto& s = c.select;
+    if (key == "density") s.density = as_double(key, v);
+    else if (key == "estimate") s.estimate = as_rule(key, v);
+    else if (key == "sample_fraction") s.sample_fraction = as_double(key, v);
+    else if (key == "min_ratio") s.min_ratio = as_double(key, v);
+    else if (key == "max_ratio") s.max_ratio = as_double(key, v);
+    else if (key == "max_tries") s.max_tries = static_cast<unsigned>(as_int(key, v));
+    else if (key == "block") c.block = static_cast<std::uint32_t>(as_int(key, v));
+    else if (key == "sizing") {
+      const std::string z = as_string(key, v);
+      if (z == "ratio") c.rows = gc::tagc::sizing::ratio;
+      else if (z == "adaptive") c.rows = gc::tagc::sizing::adaptive;
+      else bad_option(key, "must be 'ratio' or 'adaptive'");
+    } else if (key == "ratio") c.ratio = as_double(key, v);
+    else if (key == "cells_per_item") c.cells_per_item = as_double(key, v);
+    else if (key == "cells") c.cells = as_cells(key, v);
+    else if (key == "bitmap") {
+      const std::string z = as_string(key, v);
+      if (z == "or") c.bitmap = gc::tagc::bitmap_mode::bitwise_or;
+      else if (z == "sum_safe") c.bitmap = gc::tagc::bitmap_mode::sum_safe;
+      else bad_option(key, "must be 'or' or 'sum_safe'");
+    } else if (key == "max_rounds") c.max_rounds = static_cast<std::uint32_t>(as_int(key, v));
+    else if (key == "seed") c.seed = static_cast<std::uint32_t>(as_int(key, v));
+    else bad_option(key, "is not an option of TAGC");
+  }
+  check(gc::tagc::validate(c));
+  return c;
+}
+
+options tagc_options(const gc::tagc::config& c) {
+  options o;
+  o["density"] = c.select.density;
+  o["estimate"] = std::string(c.select.estimate == gc::sparsify::threshold::rule::tagc ? "tagc" : "dgc");
+  o["sample_fraction"] = c.select.sample_fraction;
+  o["min_ratio"] = c.select.min_ratio;
+  o["max_ratio"] = c.select.max_ratio;
+  o["max_tries"] = static_cast<long long>(c.select.max_tries);
+  o["block"] = static_cast<long long>(c.block);
+  o["sizing"] = std::string(c.rows == gc::tagc::sizing::ratio ? "ratio" : "adaptive");
+  o["ratio"] = c.ratio;
+  o["cells_per_item"] = c.cells_per_item;
+  o["cells"] = std::string(c.cells == gc::summable::wire_type::bf16 ? "bf16" : "fp32");
+  o["bitmap"] = std::string(c.bitmap == gc::tagc::bitmap_mode::bitwise_or ? "or" : "sum_safe");
+  o["max_rounds"] = static_cast<long long>(c.max_rounds);
+  o["seed"] = static_cast<long long>(c.seed);
+  return o;
+}
+
+nb::dict describe_dict(const gc::summable::phase& p) {
+  nb::dict d;
+  d["name"] = p.name;
+  d["type"] = gc::summable::to_string(p.type);
+  d["op"] = p.op == gc::summable::reduction::sum ? "sum" : p.op == gc::summable::reduction::max ? "max" : "bor";
+  d["count"] = p.count;
+  d["bytes"] = p.bytes();
+  d["shardable"] = p.shardable;
+  d["shard_count"] = p.shard_count();
+  d["world"] = p.world;
+  d["headroom_bits"] = p.headroom_bits;
+  return d;
+}
+
+// The checked byte view of a phase buffer of `expect` bytes, element size `elem`.
+template <class A>
+std::span<std::byte> phase_bytes(const A& a, const char* what, std::size_t elem) {
+  const auto b = raw_view(a, what);
+  if (a.itemsize() != elem)
+    throw nb::type_error((std::string(what) + ": element size differs from the phase's type (u32: int32, bf16: bfloat16, f32: float32)").c_str());
+  return b;
+}
+
+gc::summable::phase describe(const phase_codec& pc, std::size_t k, phase_state& ps) {
+  return std::visit([&](const auto& c) -> gc::summable::phase {
+    using C = std::remove_cvref_t<decltype(c)>;
+    const auto p = c.describe(k, state_of<typename C::state_type>(pc, ps));
+    if (!p) raise(p.error());
+    return *p;
+  }, pc.c);
+}
+
+const gc::tagc::codec& tagc_of(const phase_codec& pc) {
+  if (const auto* t = std::get_if<gc::tagc::codec>(&pc.c)) return *t;
+  raise({gc::errc::invalid_argument, "only TAGC states have checkpoints (summable casts keep no state across steps)"});
+}
+
+phase_codec make_tagc(const std::string& preset, const nb::kwargs& kw) {
+  const gc::tagc::codec c(tagc_config(preset, to_options(kw)));
+  return {c, "tagc:" + std::to_string(c.codec_id()) + ":" + std::to_string(gc::tagc::select_fingerprint(c.get_config()))};
+}
+
+phase_codec make_cast(const std::string& wire, bool feedback) {
+  if (wire == "fp32" || wire == "float32") return {cast_f32({.feedback = feedback}), "cast:fp32:" + std::to_string(feedback)};
+  if (wire == "bf16" || wire == "bfloat16") return {cast_bf16({.feedback = feedback}), "cast:bf16:" + std::to_string(feedback)};
+  if (wire == "fp16" || wire == "float16") return {cast_f16({.feedback = feedback}), "cast:fp16:" + std::to_string(feedback)};
+  bad_option("wire", "must be 'fp32', 'bf16' or 'fp16'");
+}
+
+}  // namespace
+
+void bind_summable(nb::module_& m) {
+  nb::class_<phase_state>(m, "PhaseState", "One rank's state of a summable codec (residual, thresholds, step).")
+      .def_prop_ro("size", [](const phase_state& s) { return std::visit([](const auto& x) { return x.size; }, s.st); })
+      .def_prop_ro("world", [](const phase_state& s) { return std::visit([](const auto& x) { return x.world; }, s.st); })
+      .def_prop_ro("rank", [](const phase_state& s) { return std::visit([](const auto& x) { return x.rank; }, s.st); })
+      .def_prop_ro("step", [](const phase_state& s) { return std::visit([](const auto& x) { return x.step; }, s.st); })
+      .def_prop_ro("residual", [](phase_state& s) { return std::visit([](auto& x) { return float_view(x.residual); }, s.st); },
+                   nb::rv_policy::reference_internal, "The error-feedback residual as a NumPy view (no copy).")
+      .def_prop_ro("thresholds", [](phase_state& s) {
+        static std::vector<float> none;
+        auto* t = std::get_if<gc::tagc::state>(&s.st);
+        return float_view(t ? t->thresholds : none);
+      }, nb::rv_policy::reference_internal, "TAGC: each shard's last |x| threshold (a view).")
+      .def_prop_ro("rows", [](const phase_state& s) {
+        const auto* t = std::get_if<gc::tagc::state>(&s.st);
+        return t ? t->rows : 0u;
+      }, "TAGC: sketch blocks per shard of this step (after receive(0)).")
+      .def_prop_ro("stats", [](const phase_state& s) {
+        const auto* t = std::get_if<gc::tagc::state>(&s.st);
+        return t ? std::make_tuple(t->stats.items, t->stats.peeled, t->stats.rounds) : std::make_tuple(0u, 0u, 0u);
+      }, "TAGC: (items, peeled, rounds) of the last receive(1).");
+
+  nb::class_<phase_codec>(m, "PhaseCodec", "A summable codec: its buffers may be reduced element-wise by the transport, in phases.")
+      .def_prop_ro("phase_count", [](const phase_codec& pc) {
+        return std::visit([](const auto& c) { return c.phase_count(); }, pc.c);
+      })
+      .def_prop_ro("identity", [](const phase_codec& pc) { return pc.identity; })
+      .def_prop_ro("config", [](const phase_codec& pc) {
+        if (const auto* t = std::get_if<gc::tagc::codec>(&pc.c)) return to_dict(tagc_options(t->get_config()));
+        return nb::dict();
+      })
+      .def("make_state", [](const phase_codec& pc, std::size_t n, std::uint32_t world, std::uint32_t rank) {
+        return std::visit([&](const auto& c) {
+          using C = std::remove_cvref_t<decltype(c)>;
+          if constexpr (std::is_same_v<C, gc::tagc::codec>) {
+            gc::tagc::state st;
+            check(c.make_state(n, world, rank, st));
+            return phase_state{std::move(st), pc.identity};
+          } else {
+            if (world == 0 || rank >= world) raise({gc::errc::invalid_argument, "state needs world >= 1 and rank < world"});
+            return phase_state{c.make_state(n, world, rank), pc.identity};
+          }
+        }, pc.c);
+      }, nb::arg("n"), nb::arg("world"), nb::arg("rank"))
+      .def("describe", [](const phase_codec& pc, std::size_t k, phase_state& ps) { return describe_dict(describe(pc, k, ps)); },
+           nb::arg("k"), nb::arg("state"),
+           "Phase k: name, type ('u32', 'f32', 'bf16', 'f16'), op ('sum', 'max', 'bor'), count, bytes, shardable, shard_count.")
+      .def("max_phase_bytes", [](const phase_codec& pc, phase_state& ps) {
+        if (const auto* t = std::get_if<gc::tagc::codec>(&pc.c)) return t->max_phase_bytes(state_of<gc::tagc::state>(pc, ps));
+        return describe(pc, 0, ps).bytes();
+      }, nb::arg("state"))
+      .def("encode", [](const phase_codec& pc, std::size_t k, in_array grad, phase_state& ps, out_array out) {
+        const auto g = float_span(grad, "grad");
+        const gc::summable::phase p = describe(pc, k, ps);
+        const auto o = phase_bytes(out, "out", p.element_bytes());
+        nb::gil_scoped_release unlocked;
+        std::visit([&](const auto& c) {
+          using C = std::remove_cvref_t<decltype(c)>;
+          check(c.encode(k, g, state_of<typename C::state_type>(pc, ps), o));
+        }, pc.c);
+      }, nb::arg("k"), nb::arg("grad").noconvert(), nb::arg("state"), nb::arg("out").noconvert(),
+         "Fills out (describe(k).count elements of the phase's type) with phase k of grad (float32).")
+      .def("receive", [](const phase_codec& pc, std::size_t k, phase_state& ps, in_array reduced, nb::handle out) {
+        const gc::summable::phase p = describe(pc, k, ps);
+        const auto in = phase_bytes(reduced, "reduced", p.element_bytes());
+        std::span<float> o;
+        if (!out.is_none()) o = float_span(nb::cast<out_array>(out), "out");
+        nb::gil_scoped_release unlocked;
+        std::visit([&](const auto& c) {
+          using C = std::remove_cvref_t<decltype(c)>;
+          check(c.receive(k, state_of<typename C::state_type>(pc, ps), in, o));
+        }, pc.c);
+      }, nb::arg("k"), nb::arg("state"), nb::arg("reduced").noconvert(), nb::arg("out").none() = nb::none(),
+         "Phase k's reduced buffer (whole, or this rank's shard of a shardable phase); the last phase decodes into out "
+         "(float32: n values, or the shard's). Everything is checked before anything is written.")
+      .def("finish_step", [](const phase_codec& pc, phase_state& ps) {
+        std::visit([&](const auto& c) {
+          using C = std::remove_cvref_t<decltype(c)>;
+          c.finish_step(state_of<typename C::state_type>(pc, ps));
+        }, pc.c);
+      }, nb::arg("state"))
+      .def("checkpoint", [](const phase_codec& pc, phase_state& ps) {
+        const auto& c = tagc_of(pc);
+        const auto& st = state_of<gc::tagc::state>(pc, ps);
+        std::string bytes(gc::tagc::checkpoint_bytes(st), '\0');
+        const auto r = gc::tagc::save_checkpoint(c, st, std::as_writable_bytes(std::span(bytes)));
+        if (!r) raise(r.error());
+        return nb::bytes(bytes.data(), bytes.size());
+      }, nb::arg("state"), "TAGC: the state's checkpoint bytes (residual, thresholds, step, key; CRC32C).")
+      .def("load_checkpoint", [](const phase_codec& pc, phase_state& ps, nb::bytes b) {
+        const auto& c = tagc_of(pc);
+        check(gc::tagc::load_checkpoint(c, {static_cast<const std::byte*>(b.data()), b.size()}, state_of<gc::tagc::state>(pc, ps)));
+      }, nb::arg("state"), nb::arg("data"), "TAGC: restores a checkpoint of the same world size and rank (state unchanged on error).")
+      .def("restore_elastic", [](const phase_codec& pc, phase_state& ps, const std::vector<nb::bytes>& saved) {
+        const auto& c = tagc_of(pc);
+        std::vector<std::span<const std::byte>> views;
+        for (const nb::bytes& b : saved) views.emplace_back(static_cast<const std::byte*>(b.data()), b.size());
+        check(gc::tagc::restore_elastic(c, views, state_of<gc::tagc::state>(pc, ps)));
+      }, nb::arg("state"), nb::arg("saved"),
+         "TAGC: restores this rank from the checkpoints of every rank of a run of any world size (the residuals' sum "
+         "is kept, re-sliced by the new shards).");
+
+  m.def("Tagc", [](const std::string& preset, nb::kwargs kw) { return make_tagc(preset, kw); }, nb::arg("preset") = "default",
+        nb::arg("kwargs"),
+        "TAGC-2 (docs/tagc.md). preset: 'default' (adaptive sketch), 'tagc2' (ratio 10) or 'v1'. Options: density, "
+        "estimate, sample_fraction, min_ratio, max_ratio, max_tries, block, sizing ('ratio', 'adaptive'), ratio, "
+        "cells_per_item, cells ('bf16', 'fp32'), bitmap ('or', 'sum_safe'), max_rounds, seed.");
+  m.def("SummableCast", &make_cast, nb::arg("wire") = "bf16", nb::arg("feedback") = true,
+        "A summable cast (fp32, bf16 or fp16 values summed by the transport), optionally with error feedback.");
+}
+
+}  // namespace gradcomp_py
