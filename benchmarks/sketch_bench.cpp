@@ -249,10 +249,11 @@ void bm_wire(benchmark::State& st, std::uint32_t ranks, int variant, bool indepe
   tagc_wire::figures f;
   for (auto _ : st) {
     namespace gt = gradcomp::tagc;
-    gt::config cfg;  // ours: adaptive sizing, OR bitmap, bf16 cells
+    gt::config cfg;  // ours: adaptive sizing, OR bitmap, bf16 cells, B = 1
     if (variant == 2) cfg = gt::preset_v1();
     if (variant == 3) cfg = gt::preset_tagc2();
     if (variant == 5) cfg.bitmap = gt::bitmap_mode::sum_safe;
+    if (variant == 6) cfg.block = 64;  // the published block, r from the fullest lane
     f = variant < 2 ? tagc_wire::cast_step(w, variant == 1) : tagc_wire::tagc_step(w, cfg);
     st.SetIterationTime(1.0);
   }
@@ -288,7 +289,8 @@ void register_all() {
     add("tagc_rank/encode_sketch/W:4" + sz, n, [](benchmark::State& s, std::size_t m) { bm_tagc_rank(s, m, 1); });
     add("tagc_rank/receive_sketch/W:4" + sz, n, [](benchmark::State& s, std::size_t m) { bm_tagc_rank(s, m, 2); });
   }
-  const char* variants[] = {"fp32_reduce_scatter", "bf16_reduce_scatter", "tagc_v1_preset", "tagc2_preset", "ours_or", "ours_sum_safe"};
+  const char* variants[] = {"fp32_reduce_scatter", "bf16_reduce_scatter", "tagc_v1_preset", "tagc2_preset",
+                            "ours_or",             "ours_sum_safe",       "ours_or_block64"};
   const auto wire = [&](std::uint32_t ranks, int v, bool independent) {
     const std::string world_name = independent ? "/gpt2_small_independent_ranks" : "/gpt2_small";
     benchmark::RegisterBenchmark(("tagc_wire/" + std::string(variants[v]) + "/W:" + std::to_string(ranks) + world_name).c_str(),
@@ -298,7 +300,7 @@ void register_all() {
         ->Unit(benchmark::kSecond);
   };
   for (std::uint32_t ranks : {4u, 8u})
-    for (int v = 0; v < 6; ++v) wire(ranks, v, false);
+    for (int v = 0; v < 7; ++v) wire(ranks, v, false);
   for (int v : {3, 4}) wire(8, v, true);  // the union of 8 barely overlapping ranks
 }
 
@@ -308,7 +310,7 @@ void register_all() {
 int peel_curve() {
   constexpr int seeds = 3;
   const std::size_t sizes[] = {1000000, 10000000};
-  const std::uint32_t blocks[] = {16, 64, 256};
+  const std::uint32_t blocks[] = {1, 16, 64, 256};
   const double cpis[] = {0.5, 0.6, 0.7, 0.8, 0.9, 1.0, 1.1, 1.2, 1.22, 1.25, 1.27, 1.3,
                          1.35, 1.4, 1.5, 1.6, 1.7, 1.8, 2.0, 2.5, 3.0};
   constexpr std::size_t ncpi = sizeof cpis / sizeof cpis[0];

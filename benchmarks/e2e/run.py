@@ -32,9 +32,9 @@ METHODS = [  # (label, spec, options)
     ("gradcomp int8", "int8", {}),
     ("gradcomp int4+EF", "int4", {"error_feedback": True}),
     ("gradcomp top-k 1%+EF", "topk", {"density": 0.01}),
-    ("gradcomp TAGC (DDP all-reduce)", "tagc", {"block": 1}),
+    ("gradcomp TAGC (DDP all-reduce)", "tagc", {}),
     ("FSDP2 fp32 reduce-scatter", "fsdp:fp32", {}),
-    ("gradcomp TAGC (FSDP2 reduce-scatter)", "fsdp:tagc", {"block": 1}),
+    ("gradcomp TAGC (FSDP2 reduce-scatter)", "fsdp:tagc", {}),
 ]
 RATES = {"unlimited": (None, None), "100mbit": (100e6, "64kb"), "1gbit": (1e9, "256kb"), "10gbit": (10e9, "2mb")}
 NS = "gc-e2e"

@@ -47,7 +47,7 @@ struct options {
   float lr = 0.3f, momentum = 0.0f;  // plain SGD: measured margins in docs/integrations.md
   double check = -1.0;  // < 0: no check
   std::string only;
-  unsigned tagc_block = 1;       // B of TAGC's sketch (docs/integrations.md: why 1 here)
+  unsigned tagc_block = 1;       // B of TAGC's sketch (the library's default)
   double tagc_cells = 1.5;       // TAGC's cells per kept item (adaptive sizing)
 };
 

@@ -197,7 +197,6 @@ template <class C>
 void run_tagc(std::vector<rank_ctx<C>>& ranks, int steps, float lr, int print_every) {
   const auto world = static_cast<std::uint32_t>(ranks.size());
   gc::tagc::config cfg{};
-  cfg.block = 1;  // a small model's shards: one lane peels (docs/integrations.md)
   cfg.bitmap = gc::tagc::bitmap_mode::sum_safe;
   const gc::tagc::codec codec(cfg);
   std::vector<tagc_rank> t(world);

@@ -4,7 +4,7 @@
     for block in model.blocks:
         fully_shard(block)
     fully_shard(model)
-    tagc = gradcomp.fsdp.attach(model, block=1)   # every FSDP module's reduce-scatter runs TAGC
+    tagc = gradcomp.fsdp.attach(model)   # every FSDP module's reduce-scatter runs TAGC
     ...
     ckpt["tagc"] = tagc.state_dict()              # a collective: every rank calls it
 

@@ -124,7 +124,7 @@ def test_summable_casts_use_the_library_conversion():
 @pytest.mark.parametrize("bitmap,cells", [("or", "bf16"), ("sum_safe", "fp32")])
 def test_tagc_phases_on_tensors(bitmap, cells):
     world, n = 3, 30_001
-    codec = gradcomp.Tagc(block=1, bitmap=bitmap, cells=cells)
+    codec = gradcomp.Tagc(bitmap=bitmap, cells=cells)
     assert codec.phase_count == 2 and codec.config["bitmap"] == bitmap
     states = [codec.make_state(n, world, r) for r in range(world)]
     gen = torch.Generator().manual_seed(3)
@@ -149,7 +149,7 @@ def test_tagc_phases_on_tensors(bitmap, cells):
 
 
 def test_tagc_errors_and_checkpoints():
-    codec = gradcomp.Tagc(block=1)
+    codec = gradcomp.Tagc()
     st = codec.make_state(4096, 2, 1)
     g = torch.randn(4096)
     with pytest.raises(gradcomp.Error) as e:

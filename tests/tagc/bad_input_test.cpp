@@ -111,7 +111,7 @@ TEST_CASE("tagc bad input: reduced sketches of the wrong size or alignment, outp
   for (auto& s : t.st) REQUIRE(t.c.receive(0, s, bits, {}).ok());
   const auto p1 = *t.c.describe(1, t.st[0]);
   CHECK(p1.shardable);
-  CHECK(p1.count == 3 * std::size_t{t.st[0].rows} * 64);
+  CHECK(p1.count == 3 * std::size_t{t.st[0].rows} * t.c.get_config().block);
   std::vector<test::bytes> sends;
   for (std::size_t r = 0; r < 3; ++r) {
     sends.emplace_back(p1.bytes());

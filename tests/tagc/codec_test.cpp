@@ -3,6 +3,7 @@
 // error feedback, determinism, the fixed-ratio preset's partial peel.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <vector>
@@ -170,6 +171,39 @@ TEST_CASE("tagc flow: reduce-scatter on W = 2, 3, 4, 8 ranks gives each its shar
 
 TEST_CASE("tagc flow: all-reduce of the sketch decodes every shard on every rank") {
   for (std::uint32_t world : {3u, 4u}) CHECK(check_flow({world, gt::bitmap_mode::sum_safe, summable::wire_type::f32, collective::all_reduce}, 60001, true) > 0.75);
+}
+
+TEST_CASE("tagc adaptive sizing: kept positions crowded into a few lanes still peel") {
+  // Large values only where j % B < 2 (a weight's few busy input features): every kept
+  // position falls in 2 of B lanes. r follows the fullest lane, so each lane's hypergraph has
+  // about 1.5 cells per item and peels, whatever B is.
+  const std::size_t n = 100003;
+  const std::uint32_t world = 4;
+  for (std::uint32_t block : {1u, 8u, 64u}) {
+    CAPTURE(block);
+    gt::config cfg;
+    cfg.block = block;
+    cfg.cells = summable::wire_type::f32;
+    const gt::codec c(cfg);
+    auto st = make_ranks(c, n, world);
+    auto g = rank_grads(n, world, 11, false);
+    for (auto& gr : g)
+      for (std::size_t j = 0; j < n; ++j) gr[j] = j % block < 2 ? gr[j] + 8.0f : gr[j] * 1e-3f;
+    std::vector<std::vector<float>> outs;
+    REQUIRE(test::run_ranks(c, st, g, collective::reduce_scatter, outs).ok());
+    std::size_t items = 0, peeled = 0;
+    for (const auto& s : st) items += s.stats.items, peeled += s.stats.peeled;
+    REQUIRE(items > 0);
+    // The fullest lane of any shard sizes r.
+    std::size_t fullest = 0;
+    for (std::uint32_t i = 0; i < world; ++i) {
+      const chunk_range r = summable::shard_of(n, world, i);
+      std::vector<std::size_t> lanes(block, 0);
+      for (std::size_t j = 0; j < r.count; ++j) fullest = std::max(fullest, lanes[j % block] += gs::bitmap_test(st[0].union_bits.data(), r.offset + j));
+    }
+    CHECK(st[0].rows == static_cast<std::uint32_t>(std::ceil(cfg.cells_per_item * static_cast<double>(fullest))));
+    CHECK(static_cast<double>(peeled) / static_cast<double>(items) > 0.97);
+  }
 }
 
 TEST_CASE("tagc error feedback: over steps, delivered + owed == every gradient given, exactly") {

@@ -55,6 +55,7 @@ TEST_CASE("tagc parallel: every phase equals the host codec's, step after step")
         c.block = 16;
         run_case(c, 30011, world, grads::wide, collective::reduce_scatter, 3);
         run_case(c, 20003, world, grads::dyadic, collective::all_reduce, 2);
+        run_case(c, 20011, world, grads::lanes, collective::reduce_scatter, 2);  // r from the fullest lane
       }
 }
 
@@ -103,5 +104,7 @@ TEST_CASE("tagc parallel: the padded sketch layout carries the same cells") {
     c.cells = cells;
     run_case(c, 30011, 4, grads::wide, collective::reduce_scatter, 2, tpar::sketch_layout::padded);
     run_case(c, 30011, 3, grads::dyadic, collective::all_reduce, 2, tpar::sketch_layout::padded);
+    c.block = 16;
+    run_case(c, 30011, 4, grads::lanes, collective::reduce_scatter, 2, tpar::sketch_layout::padded);
   }
 }

@@ -24,7 +24,7 @@ inline std::vector<std::uint32_t> bits_of(const float* p, std::size_t n) {
 inline std::vector<std::uint32_t> bits_of(const std::vector<float>& v) { return bits_of(v.data(), v.size()); }
 
 // Gradient kinds that reach every path of the threshold search.
-enum class grads { wide, dyadic, sparse, tied, special };
+enum class grads { wide, dyadic, sparse, tied, special, lanes };
 
 inline std::vector<std::vector<float>> make_grads(grads kind, std::size_t n, std::uint32_t world, std::uint64_t seed) {
   if (kind == grads::wide || kind == grads::dyadic) return rank_grads(n, world, seed, kind == grads::dyadic);
@@ -34,7 +34,9 @@ inline std::vector<std::vector<float>> make_grads(grads kind, std::size_t n, std
     for (std::size_t j = 0; j < n; ++j) {
       const double u = r.uniform();
       const float sign = (r.next() & 1) != 0 ? -1.0f : 1.0f;
-      if (kind == grads::sparse) {
+      if (kind == grads::lanes) {
+        gr[j] = sign * static_cast<float>(j % 16 < 2 ? 4.0 + u : u * 1e-3);  // kept positions in 2 lanes of 16
+      } else if (kind == grads::sparse) {
         gr[j] = u < 0.004 ? sign * static_cast<float>(1.0 + u * 100) : 0.0f;  // fewer nonzeros than the target
       } else if (kind == grads::tied) {
         gr[j] = sign * (u < 0.5 ? 0.5f : 0.25f);  // no threshold count is accepted: exact top-k, ties by index

@@ -13,6 +13,8 @@
 // The per-word functions are GRADCOMP_HD (one GPU thread per word); the span functions are the
 // host loops over them.
 
+#include <algorithm>
+#include <bit>
 #include <cstddef>
 #include <cstdint>
 #include <span>
@@ -89,6 +91,20 @@ inline std::size_t bitmap_popcount(std::span<const std::uint32_t> words) {
   std::size_t n = 0;
   for (std::uint32_t w : words) n += popcount32(w);
   return n;
+}
+
+// The most set bits in one lane of `words`: lane t holds bits t, t + block, t + 2 block, ...
+// `counts` holds min(block, 32 words.size()) counters of scratch.
+inline std::size_t bitmap_fullest_lane(std::span<const std::uint32_t> words, std::uint32_t block, std::span<std::uint32_t> counts) {
+  if (block <= 1) return bitmap_popcount(words);
+  std::fill(counts.begin(), counts.end(), 0u);
+  std::uint32_t most = 0;
+  for (std::size_t w = 0; w < words.size(); ++w)
+    for (std::uint32_t word = words[w]; word != 0; word &= word - 1) {
+      const std::size_t j = 32 * w + static_cast<std::size_t>(std::countr_zero(word));
+      most = std::max(most, ++counts[j % block]);
+    }
+  return most;
 }
 
 // dst |= src: what MPI_BOR does to the ranks' bitmaps.

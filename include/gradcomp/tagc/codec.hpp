@@ -7,8 +7,8 @@
 //     The kept positions of the whole buffer go out as a 1-bit bitmap (reduced by OR) or in
 //     the sum-safe packing (reduced by SUM); the transport all-reduces it (not shardable).
 //   receive(0): the union of every rank's kept positions, validated (tail bits, sum-safe
-//     fields <= W, at most max_items per shard); r follows from it (config::rows), the same
-//     on every rank.
+//     fields <= W, at most max_items per shard); r follows from it (config::rows: the fullest
+//     lane of any shard), the same on every rank.
 //   phase 1, "sketch": for each destination shard, the count sketch (sketch/count_sketch.hpp)
 //     of x at the union's positions of that shard, r * B cells (f32 or bf16); shard i's cells at
 //     [i r B, (i + 1) r B). Reduced by SUM; shardable (reduce-scatter: rank i gets shard i).
@@ -201,16 +201,17 @@ class codec {
       if (status s = sketch::union_from_sum_safe(words, st.size, st.world, st.union_bits); !s) return s;
       uni = st.union_bits;
     }
-    std::size_t most = 0;
+    const std::span<std::uint32_t> lanes(carve<std::uint32_t>(st, l.lanes), lanes_of(cfg_, summable::shard_size(st.size, st.world)));
+    std::size_t fullest = 0;
     for (std::uint32_t i = 0; i < st.world; ++i) {
       const chunk_range r = summable::shard_of(st.size, st.world, i);
       copy_bits(uni, r.offset, r.count, shard_bits);
-      const std::size_t items = sketch::bitmap_popcount(std::span<const std::uint32_t>(shard_bits, sketch::bitmap_words(r.count)));
-      if (items > cap) return {errc::count_too_large, "union holds more kept positions in a shard than W ranks can keep"};
-      most = std::max(most, items);
+      const std::span<const std::uint32_t> bm(shard_bits, sketch::bitmap_words(r.count));
+      if (sketch::bitmap_popcount(bm) > cap) return {errc::count_too_large, "union holds more kept positions in a shard than W ranks can keep"};
+      fullest = std::max(fullest, sketch::bitmap_fullest_lane(bm, cfg_.block, lanes));
     }
     if (cfg_.bitmap == bitmap_mode::bitwise_or) std::copy(words.begin(), words.end(), st.union_bits.begin());
-    st.rows = step_rows(cfg_, st.size, st.world, most);
+    st.rows = step_rows(cfg_, st.size, st.world, fullest);
     st.at = stage::encode_sketch;
     return {};
   }

@@ -2,6 +2,7 @@
 // TAGC-2's configuration, its published presets, and the sizes every rank derives from it
 // (docs/tagc.md). The codec itself is tagc/codec.hpp.
 
+#include <algorithm>
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
@@ -25,15 +26,19 @@ enum class bitmap_mode : std::uint8_t {
 // How the sketch's r (sketch blocks per shard) is chosen (phase 2).
 enum class sizing : std::uint8_t {
   ratio = 1,     // r = max(1, ceil(ceil(shard_size / B) / ratio)): the published rule
-  adaptive = 2,  // r = max(1, ceil(cells_per_item * items / B)), items = the most kept
-                 // positions of any shard in the union (known to every rank after phase 1)
+  adaptive = 2,  // r = max(1, ceil(cells_per_item * L)), L = the fullest lane's union positions
+                 // over every shard (known to every rank after phase 1): lane t of a block
+                 // maps to lane t of r sketch blocks, so each lane peels on its own r cells
 };
 
 struct config {
   // The threshold sparsifier's sampled search, run by each rank on each shard of x = g + e:
   // TAGC's log-spaced table, density = 1 - target sparsity.
   sparsify::threshold::config select{.density = 0.0125, .estimate = sparsify::threshold::rule::tagc};
-  std::uint32_t block = 64;  // B: lanes of a sketch block
+  // B: lanes of a sketch block. 1 sends the fewest cells for a given peel rate (every item
+  // hashes on its own); larger B groups positions by block (the published layout), which
+  // costs cells wherever kept positions crowd into some lanes (docs/tagc.md).
+  std::uint32_t block = 1;
   sizing rows = sizing::adaptive;
   double ratio = 10.0;           // sizing::ratio
   double cells_per_item = 1.5;   // sizing::adaptive (peeling is complete from about 1.25)
@@ -49,6 +54,7 @@ struct config {
 inline config preset_tagc2() {
   config c;
   c.select.density = 0.0125;
+  c.block = 64;
   c.rows = sizing::ratio;
   c.ratio = 10.0;
   c.cells = summable::wire_type::bf16;
@@ -58,6 +64,7 @@ inline config preset_tagc2() {
 inline config preset_v1() {
   config c;
   c.select.density = 0.20;
+  c.block = 64;
   c.rows = sizing::ratio;
   c.ratio = 2.0;
   c.cells = summable::wire_type::f32;
@@ -88,7 +95,7 @@ inline std::uint32_t crc_of(const std::byte* p, std::size_t n) { return crc32c(s
 inline std::uint32_t codec_id(const config& c) {
   std::byte rec[32] = {};
   store_le<std::uint32_t>(rec, 0x43474154u);  // "TAGC"
-  store_le<std::uint32_t>(rec + 4, 1);         // format version of the phases
+  store_le<std::uint32_t>(rec + 4, 2);         // format version of the phases
   store_le<std::uint32_t>(rec + 8, c.block);
   rec[12] = static_cast<std::byte>(c.cells);
   rec[13] = static_cast<std::byte>(c.bitmap);
@@ -124,26 +131,38 @@ inline std::size_t max_items(const config& c, std::size_t n, std::uint32_t world
   return each >= (s + world - 1) / world ? s : each * world;
 }
 
+// Lanes of a shard that can hold positions: min(B, shard size), at least 1.
+inline std::size_t lanes_of(const config& c, std::size_t shard_elements) {
+  return std::max<std::size_t>(1, std::min<std::size_t>(c.block, shard_elements));
+}
+
+// The most union positions one lane of a shard can hold: one per block, max_items in all.
+inline std::size_t max_lane_items(const config& c, std::size_t n, std::uint32_t world) {
+  const std::size_t s = summable::shard_size(n, world);
+  return std::min(max_items(c, n, world), (s + c.block - 1) / c.block);
+}
+
+// r for a shard size and the fullest lane's union positions (sizing::adaptive).
 // (GRADCOMP_HD: the CUDA codec computes r on the device from the union it received.)
-GRADCOMP_HD inline std::uint32_t rows_for(const config& c, std::size_t shard_elements, std::size_t items) {
+GRADCOMP_HD inline std::uint32_t rows_for(const config& c, std::size_t shard_elements, std::size_t lane_items) {
   double r = 1.0;
   if (c.rows == sizing::ratio) {
     const double blocks = std::ceil(static_cast<double>(shard_elements) / c.block);
     r = std::ceil(blocks / c.ratio);
   } else {
-    r = std::ceil(c.cells_per_item * static_cast<double>(items) / c.block);
+    r = std::ceil(c.cells_per_item * static_cast<double>(lane_items));
   }
   return r < 1.0 ? 1u : r > 4294967295.0 ? 0xffffffffu : static_cast<std::uint32_t>(r);
 }
 
-// r of a step whose fullest shard holds `items` union positions (the same on every rank).
-inline std::uint32_t step_rows(const config& c, std::size_t n, std::uint32_t world, std::size_t items) {
-  return rows_for(c, summable::shard_size(n, world), items);
+// r of a step whose fullest lane holds `lane_items` union positions (the same on every rank).
+inline std::uint32_t step_rows(const config& c, std::size_t n, std::uint32_t world, std::size_t lane_items) {
+  return rows_for(c, summable::shard_size(n, world), lane_items);
 }
 
-// The largest r any step can use (workspace sizing).
+// The largest r any step can use (workspace sizing, the padded layout).
 inline std::uint32_t max_rows(const config& c, std::size_t n, std::uint32_t world) {
-  return step_rows(c, n, world, max_items(c, n, world));
+  return step_rows(c, n, world, max_lane_items(c, n, world));
 }
 
 }  // namespace gradcomp::tagc

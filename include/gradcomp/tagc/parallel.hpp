@@ -92,6 +92,8 @@ struct work_view {
   std::uint32_t* flags = nullptr;   // 2: some shard counting, some shard ranking
   std::uint64_t *sample_in = nullptr, *sample_out = nullptr;  // (shard << 32 | key)
   std::uint32_t *aligned = nullptr, *word_items = nullptr;    // A, A + 1
+  counter* lane_items = nullptr;  // W lanes + 1: union positions per lane of each shard, then
+                                  // the fullest lane's (block > 1)
   std::uint32_t *elem = nullptr, *peeled_in = nullptr;        // items: shard-local element, round + 1
   std::uint8_t* info = nullptr;                               // items
   float* value = nullptr;                                     // items
@@ -105,7 +107,7 @@ struct work_view {
 struct context {
   std::uint64_t n = 0, shard_size = 1, wps = 0, aligned = 0, items = 0, sample = 0, tiles = 0;
   double inv_shard = 1.0;  // 1 / shard_size
-  std::uint32_t world = 1, rank = 0, block = 1, max_rows = 1, max_rounds = 1;
+  std::uint32_t world = 1, rank = 0, block = 1, lanes = 1, max_rows = 1, max_rounds = 1;
   config cfg{};
   tp::search_params search{};
   state_view st{};
@@ -132,6 +134,14 @@ GRADCOMP_HD inline void atomic_min(counter* p, counter v) {
   atomicMin(p, v);
 #else
   if (v < *p) *p = v;
+#endif
+}
+
+GRADCOMP_HD inline void atomic_max(counter* p, counter v) {
+#if GRADCOMP_DEVICE_CODE
+  atomicMax(p, v);
+#else
+  if (v > *p) *p = v;
 #endif
 }
 

@@ -167,6 +167,12 @@ class runner {
     ex.map(k.z.aligned, aligned_words{c, words, sum_safe, l}, g);
     ex.map(k.z.aligned + 1, word_popcounts{c}, g);
     ex.exclusive_sum(k.temp, k.temp_bytes, c.w.word_items, k.z.aligned + 1);
+    if (cfg_.block > 1) {
+      const std::uint64_t lanes = std::uint64_t{st.world} * k.z.lanes;
+      ex.map(lanes + 1, zero_counters{c.w.lane_items}, g);
+      ex.count(32 * k.z.aligned, lane_tally{c}, c.w.lane_items, g);
+      ex.map(lanes, fullest_lane{c}, g);
+    }
     ex.map(1, settle_union{c}, g);
     ex.map(3 * k.z.items, fill_slots{c}, g);
     ex.map(k.z.aligned, write_items{c}, g);
@@ -340,6 +346,7 @@ class runner {
     c.world = st.world;
     c.rank = st.rank;
     c.block = cfg_.block;
+    c.lanes = static_cast<std::uint32_t>(z->lanes);
     c.max_rows = z->max_rows;
     c.max_rounds = cfg_.max_rounds;
     c.cfg = cfg_;

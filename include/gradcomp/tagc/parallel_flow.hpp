@@ -30,7 +30,7 @@ enum class sketch_layout : std::uint8_t { packed, padded };
 
 // Every size a rank's buffers need, from (config, n, world).
 struct sizes {
-  std::uint64_t n = 0, shard_size = 0, wps = 0, aligned = 0, sample = 0, tiles = 0, items = 0, max_cells = 0;
+  std::uint64_t n = 0, shard_size = 0, wps = 0, aligned = 0, sample = 0, tiles = 0, items = 0, max_cells = 0, lanes = 1;
   std::uint64_t bitmap_words = 0;  // phase 0's u32 count
   std::uint32_t world = 1, max_rows = 1, table_size = 0;
   int sample_bits = 32, slot_bits = 1;
@@ -52,6 +52,8 @@ inline result<sizes> sizes_for(const config& c, std::size_t n, std::uint32_t wor
     z.tiles += (count + tie_tile - 1) / tie_tile;
   }
   z.items = std::uint64_t{world} * max_items(c, n, world);
+  z.lanes = lanes_of(c, z.shard_size);
+  if (z.world * z.lanes >= 0xffffffffu) return status{errc::count_too_large, "TAGC lanes of all shards do not fit 32-bit counters"};
   z.max_rows = max_rows(c, n, world);
   z.max_cells = std::uint64_t{world} * z.max_rows * c.block;
   if (z.max_cells >= 0xffffffffu) return status{errc::count_too_large, "TAGC sketch cells of all shards do not fit 32-bit cell indices"};
@@ -112,6 +114,7 @@ inline std::size_t carve_work(const sizes& z, std::uint32_t max_rounds, std::siz
   w.sample_out = m.take<std::uint64_t>(z.sample);
   w.aligned = m.take<std::uint32_t>(z.aligned);
   w.word_items = m.take<std::uint32_t>(z.aligned + 1);
+  w.lane_items = m.take<counter>(z.world * z.lanes + 1);
   w.elem = m.take<std::uint32_t>(z.items);
   w.peeled_in = m.take<std::uint32_t>(z.items);
   w.info = m.take<std::uint8_t>(z.items);

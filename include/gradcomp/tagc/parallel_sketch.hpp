@@ -80,7 +80,27 @@ struct word_popcounts {
   GRADCOMP_HD void operator()(std::uint64_t v) const { c.w.word_items[v] = v < c.aligned ? sketch::popcount32(c.w.aligned[v]) : 0u; }
 };
 
-// 1 thread, after the exclusive scan of the popcounts: each shard within its capacity, r.
+// Union positions per lane of each shard (block > 1): a thread per aligned bit.
+struct lane_tally {
+  context c;
+  GRADCOMP_HD tally operator()(std::uint64_t p) const {
+    const std::uint64_t v = p / 32;
+    if (((c.w.aligned[v] >> (p % 32)) & 1u) == 0) return {no_segment, 0};
+    const auto i = static_cast<std::uint32_t>(v / c.wps);
+    const std::uint64_t local = p - std::uint64_t{i} * c.wps * 32;
+    return {static_cast<std::uint32_t>(i * c.lanes + local % c.block), 1};
+  }
+};
+
+struct fullest_lane {  // a thread per lane counter
+  context c;
+  GRADCOMP_HD void operator()(std::uint64_t k) const {
+    atomic_max(c.w.lane_items + std::uint64_t{c.world} * c.lanes, c.w.lane_items[k]);
+  }
+};
+
+// 1 thread, after the exclusive scan of the popcounts (and the lane counts when block > 1):
+// each shard within its capacity, r from the fullest lane.
 struct settle_union {
   context c;
   GRADCOMP_HD void operator()(std::uint64_t) const {
@@ -95,7 +115,8 @@ struct settle_union {
       total += items;
     }
     step_report& r = *c.st.report;
-    r.rows = rows_for(c.cfg, c.n == 0 ? 0 : c.shard_size, most);
+    const std::uint64_t fullest = c.block > 1 ? c.w.lane_items[std::uint64_t{c.world} * c.lanes] : most;
+    r.rows = rows_for(c.cfg, c.n == 0 ? 0 : c.shard_size, fullest);
     r.sketch_cells = std::uint64_t{c.world} * r.rows * c.block;
     r.union_items = total;
   }

@@ -47,6 +47,7 @@ struct workspace_layout {
   std::size_t selector = 0;    // cpu::threshold_selector of one shard
   std::size_t kept = 0;        // u32 kept indices of one shard
   std::size_t shard_bits = 0;  // u32 bitmap of one shard of the union
+  std::size_t lanes = 0;       // u32 union positions per lane of one shard
   std::size_t acc = 0;         // fp32 accumulator of one shard's bf16 cells
   std::size_t peel = 0;        // sketch::peel_workspace_bytes of one shard
   std::size_t conveyed = 0;    // fp32: one shard decoded from this rank's own cells
@@ -66,6 +67,7 @@ inline workspace_layout layout_for(const config& c, std::size_t n, std::uint32_t
   take(l.selector, cpu::threshold_selector::workspace_bytes(c.select, s));
   take(l.kept, 4 * sparsify::threshold::kept(c.select, s));
   take(l.shard_bits, 4 * sketch::bitmap_words(s));
+  take(l.lanes, 4 * lanes_of(c, s));
   take(l.acc, c.cells == summable::wire_type::bf16 ? 4 * g.cells() : 0);
   take(l.peel, sketch::peel_workspace_bytes(g, max_items(c, n, world)));
   take(l.conveyed, 4 * s);
