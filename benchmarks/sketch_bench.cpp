@@ -254,7 +254,7 @@ void bm_wire(benchmark::State& st, std::uint32_t ranks, int variant, bool indepe
     if (variant == 3) cfg = gt::preset_tagc2();
     if (variant == 5) cfg.bitmap = gt::bitmap_mode::sum_safe;
     if (variant == 6) cfg.block = 64;  // the published block, r from the fullest lane
-    f = variant < 2 ? tagc_wire::cast_step(w, variant == 1) : tagc_wire::tagc_step(w, cfg);
+    f = variant < 2 ? tagc_wire::cast_step(w, variant == 1) : variant == 7 ? tagc_wire::routed_step(w, cfg) : tagc_wire::tagc_step(w, cfg);
     st.SetIterationTime(1.0);
   }
   const double bf16 = tagc_wire::cast_step(w, true).bytes_per_rank;
@@ -290,7 +290,7 @@ void register_all() {
     add("tagc_rank/receive_sketch/W:4" + sz, n, [](benchmark::State& s, std::size_t m) { bm_tagc_rank(s, m, 2); });
   }
   const char* variants[] = {"fp32_reduce_scatter", "bf16_reduce_scatter", "tagc_v1_preset", "tagc2_preset",
-                            "ours_or",             "ours_sum_safe",       "ours_or_block64"};
+                            "ours_or",             "ours_sum_safe",       "ours_or_block64",     "ours_routed"};
   const auto wire = [&](std::uint32_t ranks, int v, bool independent) {
     const std::string world_name = independent ? "/gpt2_small_independent_ranks" : "/gpt2_small";
     benchmark::RegisterBenchmark(("tagc_wire/" + std::string(variants[v]) + "/W:" + std::to_string(ranks) + world_name).c_str(),
@@ -300,7 +300,7 @@ void register_all() {
         ->Unit(benchmark::kSecond);
   };
   for (std::uint32_t ranks : {4u, 8u})
-    for (int v = 0; v < 7; ++v) wire(ranks, v, false);
+    for (int v = 0; v < 8; ++v) wire(ranks, v, false);
   for (int v : {3, 4}) wire(8, v, true);  // the union of 8 barely overlapping ranks
 }
 

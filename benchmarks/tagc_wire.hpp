@@ -16,6 +16,8 @@
 #include <gradcomp/core/numeric.hpp>
 #include <gradcomp/tagc/codec.hpp>
 #include <gradcomp/transformer/models.hpp>
+#include <gradcomp/transformer/split.hpp>
+#include <gradcomp/transformer/tagc.hpp>
 
 #include <cmath>
 #include <cstddef>
@@ -194,6 +196,39 @@ inline figures tagc_step(const world& w, const gt::config& cfg) {
   f.cells_per_item = items > 0 ? static_cast<double>(w.ranks) * st[0].rows * cfg.block / items : 0.0;
   f.union_density = items / static_cast<double>(n);
   return f;
+}
+
+// TAGC's routing on the summable path (transformer::split with tagc_routing()): the codec over
+// the MLP, embeddings and LM head, the other tensors reduce-scattered as bf16, tensors under
+// 64 Ki elements as fp32. Peeled, cells per item: the sketch part's; union: of the whole buffer.
+inline figures routed_step(const world& w, const gt::config& cfg) {
+  namespace tf = gc::transformer;
+  const tf::split sp(tf::gpt2_layout(tf::gpt2_small), tf::tagc_routing());
+  const std::size_t n = w.sum.size();
+  if (sp.get_layout().extent() != n) return {};
+  figures total;
+  double err2 = 0;
+  for (std::size_t p = 0; p < sp.parts(); ++p) {
+    world part;
+    part.ranks = w.ranks;
+    part.g.assign(w.ranks, std::vector<float>(sp.size(p)));
+    part.sum.assign(sp.size(p), 0.0);
+    part.sum_norm = 1.0;  // rel_error then holds the part's absolute error
+    for (std::uint32_t r = 0; r < w.ranks; ++r)
+      if (!sp.gather<float>(p, w.g[r], part.g[r])) return {};
+    if (!sp.gather<double>(p, w.sum, part.sum)) return {};
+    const figures f = p == 0 ? tagc_step(part, cfg) : cast_step(part, p == 1);
+    total.bytes_per_rank += f.bytes_per_rank;
+    total.buffer_bytes += f.buffer_bytes;
+    err2 += f.rel_error * f.rel_error;
+    if (p == 0) {
+      total.peeled = f.peeled;
+      total.cells_per_item = f.cells_per_item;
+      total.union_density = f.union_density * static_cast<double>(sp.size(0)) / static_cast<double>(n);
+    }
+  }
+  total.rel_error = std::sqrt(err2) / w.sum_norm;
+  return total;
 }
 
 }  // namespace tagc_wire

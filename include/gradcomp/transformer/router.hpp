@@ -8,7 +8,7 @@
 // the decoder from each frame's codec id, so a sender may reroute a tensor (compress it or
 // not) without telling the receivers. Slots must have distinct codec ids (validate()).
 //
-//   using R = transformer::tagc_router<>;  // transformer/tagc.hpp: sketch stand-in, bf16, fp32
+//   using R = transformer::tagc_router<>;  // transformer/tagc.hpp: top-k + bf16, bf16, fp32
 //   R r(transformer::gpt2_layout(transformer::gpt2_small), transformer::tagc_routing());
 //   auto st = r.make_state();
 //   std::vector<std::byte> payload(r.max_payload_bytes<float>());
@@ -42,6 +42,13 @@ struct routing {
   std::size_t small_elements = 0;                      // tensors with fewer elements ...
   std::size_t small_slot = 0;                          // ... go to this slot
 };
+
+// The slot of a tensor of `elements` elements and role `r`: by size first (small tensors),
+// then by role. Shared by router (gather path) and split (summable path).
+inline std::size_t slot_for(const routing& g, std::size_t elements, role r) {
+  if (elements < g.small_elements) return g.small_slot;
+  return g.slot_of_role[static_cast<std::size_t>(r)];
+}
 
 struct router_state {
   std::vector<state> tensors;     // one per layout tensor, made by its slot
@@ -82,10 +89,7 @@ class router {
   void set_routing(const routing& r) { routing_ = r; }  // states made before need make_state()
   role role_of(std::size_t t) const { return roles_[t]; }
   // The slot of tensor t: by size first (small tensors), then by role.
-  std::size_t route(std::size_t t) const {
-    if (layout_[t].elements() < routing_.small_elements) return routing_.small_slot;
-    return routing_.slot_of_role[static_cast<std::size_t>(roles_[t])];
-  }
+  std::size_t route(std::size_t t) const { return slot_for(routing_, layout_[t].elements(), roles_[t]); }
   template <std::size_t I>
   const auto& slot() const { return std::get<I>(slots_); }
   template <std::size_t I>

@@ -1,9 +1,13 @@
 #pragma once
-// TAGC's routing as a ready-made router: the big matrices (MLP, embeddings, LM head;
-// attention when asked) through a "sketch" slot, the other tensors as bf16, tensors under a
-// size as fp32. The sketch slot is a template parameter; until the count-sketch codec is in
-// the library it holds a stand-in, top-k with bf16 values and residual feedback (any
-// compressor with a codec id of its own fits the slot).
+// TAGC's routing: the big matrices (MLP, embeddings, LM head; attention when asked) to the
+// sketch, the other tensors as bf16, tensors under a size as fp32.
+//
+// - Summable path (what TAGC does): transformer::split (split.hpp) cuts the buffer into these
+//   three parts by tagc_routing(); tagc::codec runs over part 0, summable::cast<bf16> and
+//   <none> over parts 1 and 2, each with the transport's sum (docs/transformers.md).
+// - Gather path: tagc_router, a router whose first slot takes a gather-path compressor for
+//   the same tensors. A count sketch is summed, not gathered, so that slot defaults to top-k
+//   with bf16 values and residual feedback (any compressor with a codec id of its own fits).
 
 #include <cstddef>
 
