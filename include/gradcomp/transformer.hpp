@@ -8,5 +8,6 @@
 #include "transformer/models.hpp"
 #include "transformer/planner.hpp"
 #include "transformer/router.hpp"
+#include "transformer/split.hpp"
 #include "transformer/tagc.hpp"
 #include "transformer/telemetry.hpp"
