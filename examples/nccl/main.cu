@@ -11,15 +11,11 @@
 // u32 index lists) does not depend on the data, so the all-gather count is known up front.
 // The host reads the loss and the reports only every --print-every steps.
 //
-//   tagc   TAGC-2 (tagc::codec, sum-safe bitmap) with the HOST codec and device staging: the
-//          gradient comes to the host, the codec encodes each phase there, and the phase
-//          buffers travel through NCCL on the device: ncclAllReduce(uint32, sum) of the sum-safe
-//          bitmap (NCCL has no bitwise OR), ncclReduceScatter(bf16, sum) of the sketch, then
-//          ncclAllGather of every rank's decoded values at the union's positions of its shard
-//          (padded to the fullest shard: NCCL's all-gather moves equal counts). Unlike the rows
-//          above it synchronises the host three times per step (after each collective): the
-//          CUDA kernels of sketch/ exist (cuda/sketch.cuh), but TAGC's selection, error
-//          feedback and phase flow run on the host (docs/integrations.md).
+//   tagc   TAGC-2 (cuda::tagc::codec, sum-safe bitmap, padded sketch layout), stream-ordered
+//          as well: ncclAllReduce(uint32, sum) of the sum-safe bitmap (NCCL has no bitwise OR),
+//          ncclReduceScatter(bf16, sum) of the sketch (padded: the count is known up front),
+//          the peel of the rank's shard, ncclAllGather(float) of the decoded shards. The step's
+//          report (errors, r, peel statistics) stays on the device until a print step.
 //
 //   gradcomp_nccl [--steps N] [--lr X] [--print-every K]
 
@@ -176,142 +172,105 @@ void run(const char* name, const C* comp, std::vector<rank_ctx<C>>& ranks, int s
   for (auto& k : ranks) CHECK_CUDA(cudaSetDevice(k.device)), CHECK_CUDA(cudaStreamSynchronize(k.stream));
 }
 
-// ---- TAGC with the host codec and device staging (see the top of the file).
+// ---- TAGC on the device (see the top of the file).
+
+__global__ void scale(float* g, float by) {
+  for (int j = blockIdx.x * blockDim.x + threadIdx.x; j < dim; j += gridDim.x * blockDim.x) g[j] *= by;
+}
 
 struct tagc_rank {
-  gc::tagc::state st;
-  std::vector<float> grad, shard, values, avg;
-  std::vector<std::uint64_t> buf;  // host phase buffer (u64: aligned for every element type)
-  std::byte *d_phase, *d_cells;    // device: the phase buffer sent, the reduce-scattered cells
-  float *d_values, *d_gathered;    // device: this rank's decoded values, everyone's
+  gc::cuda::tagc::device_state st;
+  std::byte *state_mem, *work, *send, *recv;  // state, workspace, phase buffers (the largest phase)
+  float* values;                              // this rank's decoded shard, shard_size floats
+  float* gathered;                            // every rank's, W shard_size floats: the average
 };
-
-// The union's positions of shard i that every rank knows after phase 0.
-static std::size_t union_in(const gc::tagc::state& st, gc::chunk_range r) {
-  std::size_t c = 0;
-  for (std::size_t j = r.offset; j < r.offset + r.count; ++j) c += (st.union_bits[j / 32] >> (j % 32)) & 1u;
-  return c;
-}
 
 template <class C>
 void run_tagc(std::vector<rank_ctx<C>>& ranks, int steps, float lr, int print_every) {
+  namespace gtc = gc::cuda::tagc;
   const auto world = static_cast<std::uint32_t>(ranks.size());
   gc::tagc::config cfg{};
-  cfg.bitmap = gc::tagc::bitmap_mode::sum_safe;
-  const gc::tagc::codec codec(cfg);
+  cfg.bitmap = gc::tagc::bitmap_mode::sum_safe;   // NCCL sums; it has no bitwise OR
+  const gtc::codec codec(cfg, gtc::sketch_layout::padded);  // a reduce-scatter count the host knows
+  const std::size_t shard = gc::summable::shard_size(dim, world);
+  const std::size_t state_bytes = *codec.state_bytes(dim, world), work_bytes = *codec.workspace_bytes(dim, world);
   std::vector<tagc_rank> t(world);
   std::size_t most = 0;
   for (std::uint32_t k = 0; k < world; ++k) {
     auto& h = t[k];
-    check(codec.make_state(dim, world, k, h.st), "tagc make_state");
+    auto& r = ranks[k];
+    CHECK_CUDA(cudaSetDevice(r.device));
+    CHECK_CUDA(cudaMalloc(&h.state_mem, state_bytes));
+    CHECK_CUDA(cudaMalloc(&h.work, work_bytes));
+    check(codec.make_state(std::span<std::byte>(h.state_mem, state_bytes), dim, world, k, h.st, r.stream), "tagc make_state");
     most = codec.max_phase_bytes(h.st);
-    h.grad.resize(dim), h.avg.resize(dim), h.values.resize(dim), h.buf.resize(most / 8 + 1);
-    h.shard.resize(gc::summable::shard_of(dim, world, k).count);
-    CHECK_CUDA(cudaSetDevice(ranks[k].device));
-    CHECK_CUDA(cudaMalloc(&h.d_phase, most));
-    CHECK_CUDA(cudaMalloc(&h.d_cells, most));
-    CHECK_CUDA(cudaMalloc(&h.d_values, sizeof(float) * dim));
-    CHECK_CUDA(cudaMalloc(&h.d_gathered, sizeof(float) * dim * world));
-    CHECK_CUDA(cudaMemsetAsync(ranks[k].x, 0, dim * sizeof(float), ranks[k].stream));
+    CHECK_CUDA(cudaMalloc(&h.send, most));
+    CHECK_CUDA(cudaMalloc(&h.recv, most));
+    CHECK_CUDA(cudaMalloc(&h.values, sizeof(float) * shard));
+    CHECK_CUDA(cudaMalloc(&h.gathered, sizeof(float) * shard * world));
+    CHECK_CUDA(cudaMemsetAsync(h.values, 0, sizeof(float) * shard, r.stream));  // the last shard's tail stays 0
+    CHECK_CUDA(cudaMemsetAsync(r.x, 0, dim * sizeof(float), r.stream));
   }
-  const auto sync = [&](std::uint32_t k) { CHECK_CUDA(cudaSetDevice(ranks[k].device)), CHECK_CUDA(cudaStreamSynchronize(ranks[k].stream)); };
-  const auto phase_of = [&](std::size_t ph, tagc_rank& h) {
-    const auto p = codec.describe(ph, h.st);
-    check(p ? gc::status{} : p.error(), "tagc describe");
-    return *p;
+  const gc::summable::phase p0 = *codec.describe(0, t[0].st), p1 = *codec.describe(1, t[0].st);
+  const auto each = [&](auto&& f) {  // f(rank context, TAGC buffers, rank), on the rank's device
+    for (std::uint32_t k = 0; k < world; ++k) CHECK_CUDA(cudaSetDevice(ranks[k].device)), f(ranks[k], t[k], k);
+  };
+  const auto collectives = [&](auto&& f) {
+    CHECK_NCCL(ncclGroupStart());
+    for (std::uint32_t k = 0; k < world; ++k) f(ranks[k], t[k]);
+    CHECK_NCCL(ncclGroupEnd());
   };
   for (int step = 0; step < steps; ++step) {
-    gc::summable::phase p0{}, p1{};
-    for (std::uint32_t k = 0; k < world; ++k) {  // gradient to the host, divided by W; phase 0
-      auto& r = ranks[k];
-      auto& h = t[k];
-      CHECK_CUDA(cudaSetDevice(r.device));
+    each([&](rank_ctx<C>& r, tagc_rank& h, std::uint32_t) {  // the gradient / W; phase 0
       residual<<<64, 256, 0, r.stream>>>(r.a, r.b, r.x, r.r);
       gradient<<<64, 256, 0, r.stream>>>(r.a, r.r, r.g);
-      CHECK_CUDA(cudaMemcpyAsync(h.grad.data(), r.g, sizeof(float) * dim, cudaMemcpyDeviceToHost, r.stream));
-      sync(k);
-      for (float& v : h.grad) v /= static_cast<float>(world);
-      p0 = phase_of(0, h);
-      const auto out = std::as_writable_bytes(std::span(h.buf)).first(p0.bytes());
-      check(codec.encode(0, h.grad, h.st, out), "tagc encode(0)");
-      CHECK_CUDA(cudaMemcpyAsync(h.d_phase, out.data(), out.size(), cudaMemcpyHostToDevice, r.stream));
-    }
-    CHECK_NCCL(ncclGroupStart());
-    for (std::uint32_t k = 0; k < world; ++k)
-      CHECK_NCCL(ncclAllReduce(t[k].d_phase, t[k].d_phase, p0.count, ncclUint32, ncclSum, ranks[k].comm, ranks[k].stream));
-    CHECK_NCCL(ncclGroupEnd());
-    for (std::uint32_t k = 0; k < world; ++k) {  // the union; phase 1
-      auto& r = ranks[k];
-      auto& h = t[k];
-      const auto in = std::as_writable_bytes(std::span(h.buf)).first(p0.bytes());
-      CHECK_CUDA(cudaMemcpyAsync(in.data(), h.d_phase, in.size(), cudaMemcpyDeviceToHost, r.stream));
-      sync(k);
-      check(codec.receive(0, h.st, in, {}), "tagc receive(0)");
-      p1 = phase_of(1, h);
-      const auto out = std::as_writable_bytes(std::span(h.buf)).first(p1.bytes());
-      check(codec.encode(1, h.grad, h.st, out), "tagc encode(1)");
-      CHECK_CUDA(cudaMemcpyAsync(h.d_phase, out.data(), out.size(), cudaMemcpyHostToDevice, r.stream));
-    }
-    CHECK_NCCL(ncclGroupStart());
-    for (std::uint32_t k = 0; k < world; ++k)
-      CHECK_NCCL(ncclReduceScatter(t[k].d_phase, t[k].d_cells, p1.shard_count(), ncclBfloat16, ncclSum, ranks[k].comm, ranks[k].stream));
-    CHECK_NCCL(ncclGroupEnd());
-    std::size_t slot = 0;  // values per rank in the all-gather: the fullest shard's union
-    for (std::uint32_t i = 0; i < world; ++i) slot = std::max(slot, union_in(t[0].st, gc::summable::shard_of(dim, world, i)));
-    for (std::uint32_t k = 0; k < world; ++k) {  // decode this rank's shard; its union values
-      auto& r = ranks[k];
-      auto& h = t[k];
-      const auto in = std::as_writable_bytes(std::span(h.buf)).first(p1.shard_bytes());
-      CHECK_CUDA(cudaMemcpyAsync(in.data(), h.d_cells, in.size(), cudaMemcpyDeviceToHost, r.stream));
-      sync(k);
-      check(codec.receive(1, h.st, in, h.shard), "tagc receive(1)");
-      const gc::chunk_range mine = gc::summable::shard_of(dim, world, k);
-      std::size_t m = 0;
-      for (std::size_t j = 0; j < mine.count; ++j)
-        if ((h.st.union_bits[(mine.offset + j) / 32] >> ((mine.offset + j) % 32)) & 1u) h.values[m++] = h.shard[j];
-      CHECK_CUDA(cudaMemcpyAsync(h.d_values, h.values.data(), sizeof(float) * slot, cudaMemcpyHostToDevice, r.stream));
-      codec.finish_step(h.st);
-    }
-    CHECK_NCCL(ncclGroupStart());
-    for (std::uint32_t k = 0; k < world; ++k)
-      CHECK_NCCL(ncclAllGather(t[k].d_values, t[k].d_gathered, slot, ncclFloat, ranks[k].comm, ranks[k].stream));
-    CHECK_NCCL(ncclGroupEnd());
-    for (std::uint32_t k = 0; k < world; ++k) {  // every shard's values back into place; SGD
-      auto& r = ranks[k];
-      auto& h = t[k];
-      std::vector<float> all(slot * world);
-      CHECK_CUDA(cudaMemcpyAsync(all.data(), h.d_gathered, sizeof(float) * all.size(), cudaMemcpyDeviceToHost, r.stream));
-      sync(k);
-      std::fill(h.avg.begin(), h.avg.end(), 0.0f);
-      for (std::uint32_t i = 0; i < world; ++i) {
-        const gc::chunk_range s = gc::summable::shard_of(dim, world, i);
-        std::size_t m = 0;
-        for (std::size_t j = s.offset; j < s.offset + s.count; ++j)
-          if ((h.st.union_bits[j / 32] >> (j % 32)) & 1u) h.avg[j] = all[i * slot + m++];
-      }
-      CHECK_CUDA(cudaMemcpyAsync(r.avg, h.avg.data(), sizeof(float) * dim, cudaMemcpyHostToDevice, r.stream));
-      sgd<<<64, 256, 0, r.stream>>>(r.x, r.avg, lr);
-    }
-    if (print_every > 0 && (step % print_every == 0 || step == steps - 1)) {
+      scale<<<64, 256, 0, r.stream>>>(r.g, 1.0f / static_cast<float>(world));
+      const gc::cuda::executor ex{r.stream, std::span<std::byte>(h.work, work_bytes)};
+      check(codec.encode_bitmap(ex, h.st, std::span<const float>(r.g, dim), std::span<std::byte>(h.send, p0.bytes())), "tagc encode(0)");
+    });
+    collectives([&](rank_ctx<C>& r, tagc_rank& h) {
+      CHECK_NCCL(ncclAllReduce(h.send, h.recv, p0.count, ncclUint32, ncclSum, r.comm, r.stream));
+    });
+    each([&](rank_ctx<C>& r, tagc_rank& h, std::uint32_t) {  // the union; phase 1
+      const gc::cuda::executor ex{r.stream, std::span<std::byte>(h.work, work_bytes)};
+      check(codec.receive_bitmap(ex, h.st, std::span<const std::byte>(h.recv, p0.bytes())), "tagc receive(0)");
+      check(codec.encode_sketch(ex, h.st, std::span<std::byte>(h.send, p1.bytes())), "tagc encode(1)");
+    });
+    collectives([&](rank_ctx<C>& r, tagc_rank& h) {
+      CHECK_NCCL(ncclReduceScatter(h.send, h.recv, p1.shard_count(), ncclBfloat16, ncclSum, r.comm, r.stream));
+    });
+    each([&](rank_ctx<C>& r, tagc_rank& h, std::uint32_t k) {  // the peel of this rank's shard
+      const gc::cuda::executor ex{r.stream, std::span<std::byte>(h.work, work_bytes)};
+      check(codec.receive_sketch(ex, h.st, std::span<const std::byte>(h.recv, p1.shard_bytes()), gc::summable::received::shard,
+                                 std::span<float>(h.values, gc::summable::shard_of(dim, world, k).count)),
+            "tagc receive(1)");
+      check(codec.finish_step(r.stream, h.st), "tagc finish_step");
+    });
+    collectives([&](rank_ctx<C>& r, tagc_rank& h) {  // shard i lands at i shard_size = its offset
+      CHECK_NCCL(ncclAllGather(h.values, h.gathered, shard, ncclFloat, r.comm, r.stream));
+    });
+    each([&](rank_ctx<C>& r, tagc_rank& h, std::uint32_t) { sgd<<<64, 256, 0, r.stream>>>(r.x, h.gathered, lr); });
+    if (print_every > 0 && (step % print_every == 0 || step == steps - 1)) {  // the only host syncs
       auto& r = ranks.front();
       CHECK_CUDA(cudaSetDevice(r.device));
       residual<<<64, 256, 0, r.stream>>>(r.a, r.b, r.x, r.r);
       std::vector<float> res(rows);
       CHECK_CUDA(cudaMemcpyAsync(res.data(), r.r, rows * sizeof(float), cudaMemcpyDeviceToHost, r.stream));
-      sync(0);
+      const auto report = codec.read_report(t[0].st, r.stream);  // synchronous
+      check(report ? gc::status{} : report.error(), "tagc read_report");
+      if (report->code != 0) std::fprintf(stderr, "tagc: device reported %s\n", gc::to_string(static_cast<gc::errc>(report->code))), std::exit(1);
       double loss = 0.0;
       for (float v : res) loss += 0.5 * v * v / rows;
-      const auto [items, peeled, rounds] = t[0].st.stats;
       std::printf("%-10s step %4d  loss(rank 0 data) %.6f  bytes/rank %zu  peeled %u/%u\n", "tagc", step, loss,
-                  p0.bytes() + p1.bytes() + slot * sizeof(float), peeled, items);
-      (void)rounds;
+                  p0.bytes() + p1.bytes() + shard * sizeof(float), report->stats.peeled, report->stats.items);
     }
   }
-  for (std::uint32_t k = 0; k < world; ++k) {
-    sync(k);
-    CHECK_CUDA(cudaFree(t[k].d_phase)), CHECK_CUDA(cudaFree(t[k].d_cells));
-    CHECK_CUDA(cudaFree(t[k].d_values)), CHECK_CUDA(cudaFree(t[k].d_gathered));
-  }
+  each([&](rank_ctx<C>& r, tagc_rank& h, std::uint32_t) {
+    CHECK_CUDA(cudaStreamSynchronize(r.stream));
+    for (void* p : {static_cast<void*>(h.state_mem), static_cast<void*>(h.work), static_cast<void*>(h.send),
+                    static_cast<void*>(h.recv), static_cast<void*>(h.values), static_cast<void*>(h.gathered)})
+      CHECK_CUDA(cudaFree(p));
+  });
 }
 
 template <class C>
