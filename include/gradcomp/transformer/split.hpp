@@ -4,12 +4,12 @@
 // each part the concatenation of its tensors in layout order, so that a summable codec runs
 // over each part as one flat buffer with any collective. TAGC's choice (transformer/tagc.hpp,
 // tagc_routing): part 0 the count sketch (tagc::codec), part 1 bf16 (summable::cast), part 2
-// fp32 for small tensors (docs/transformers.md, "TAGC's routing on the summable path").
+// fp32 for small tensors (docs/transformers.md, "Routing").
 //
 //   transformer::split sp(transformer::gpt2_layout(transformer::gpt2_small), transformer::tagc_routing());
 //   std::vector<float> mlp(sp.size(0));
-//   sp.gather(0, grad, mlp);                  // then tagc::codec's phases over `mlp`
-//   sp.scatter(0, mlp_average, averaged);     // the part's result back into the flat buffer
+//   sp.gather<float>(0, grad, mlp);               // then tagc::codec's phases over `mlp`
+//   sp.scatter<float>(0, mlp_average, averaged);  // the part's result back into the flat buffer
 //
 // Elements of the buffer that no tensor covers (padding between tensors) belong to no part.
 
