@@ -94,9 +94,8 @@ inline std::size_t bitmap_popcount(std::span<const std::uint32_t> words) {
 }
 
 // The most set bits in one lane of `words`: lane t holds bits t, t + block, t + 2 block, ...
-// `counts` holds min(block, 32 words.size()) counters of scratch.
+// `counts` holds min(block, 32 words.size()) counters of scratch; block >= 1.
 inline std::size_t bitmap_fullest_lane(std::span<const std::uint32_t> words, std::uint32_t block, std::span<std::uint32_t> counts) {
-  if (block <= 1) return bitmap_popcount(words);
   std::fill(counts.begin(), counts.end(), 0u);
   std::uint32_t most = 0;
   for (std::size_t w = 0; w < words.size(); ++w)

@@ -207,8 +207,9 @@ class codec {
       const chunk_range r = summable::shard_of(st.size, st.world, i);
       copy_bits(uni, r.offset, r.count, shard_bits);
       const std::span<const std::uint32_t> bm(shard_bits, sketch::bitmap_words(r.count));
-      if (sketch::bitmap_popcount(bm) > cap) return {errc::count_too_large, "union holds more kept positions in a shard than W ranks can keep"};
-      fullest = std::max(fullest, sketch::bitmap_fullest_lane(bm, cfg_.block, lanes));
+      const std::size_t items = sketch::bitmap_popcount(bm);
+      if (items > cap) return {errc::count_too_large, "union holds more kept positions in a shard than W ranks can keep"};
+      fullest = std::max(fullest, cfg_.block > 1 ? sketch::bitmap_fullest_lane(bm, cfg_.block, lanes) : items);
     }
     if (cfg_.bitmap == bitmap_mode::bitwise_or) std::copy(words.begin(), words.end(), st.union_bits.begin());
     st.rows = step_rows(cfg_, st.size, st.world, fullest);
