@@ -13,19 +13,11 @@
 #include <cstring>
 #include <vector>
 
+#include "reseal.hpp"
+
 using namespace gradcomp;
 
 namespace {
-
-// CRC-fixes each frame whose header parses, so the fuzzer is not stopped by the checksum.
-void reseal(std::vector<std::byte>& payload) {
-  for (std::size_t at = 0; at < payload.size();) {
-    const auto h = frame::parse_header(payload.data() + at, payload.size() - at);
-    if (!h) return;
-    frame::seal(std::span(payload).subspan(at, h->frame_bytes()));
-    at += h->frame_bytes();
-  }
-}
 
 template <class T>
 bool same(const std::vector<T>& a, const std::vector<T>& b) {

@@ -16,19 +16,12 @@
 #include <cstring>
 #include <vector>
 
+#include "reseal.hpp"
+
 using namespace gradcomp;
 namespace tf = gradcomp::transformer;
 
 namespace {
-
-void reseal(std::vector<std::byte>& payload) {
-  for (std::size_t at = 0; at < payload.size();) {
-    const auto h = frame::parse_header(payload.data() + at, payload.size() - at);
-    if (!h) return;
-    frame::seal(std::span(payload).subspan(at, h->frame_bytes()));
-    at += h->frame_bytes();
-  }
-}
 
 // A GPT-2 shaped layout of one layer, d_model 16, vocab 32, context 8; frames of 64 floats.
 const tf::tagc_router<>& router() {
