@@ -32,6 +32,7 @@ import torch
 import torch.distributed as dist
 
 from ._core import Compressor
+from ._gather import gather_blobs
 from .tagc import TagcStates
 
 _WIRE_DTYPE = {"bf16": torch.bfloat16, "fp16": torch.float16}
@@ -75,21 +76,9 @@ class HookState:
     # ---- checkpoints
     def state_dict(self) -> dict:
         """Every rank's states (a collective over the process group)."""
-        names = sorted(self.states)
-        blobs = [np.frombuffer(self.states[n].checkpoint(), dtype=np.uint8) for n in names]
-        sizes = [b.size for b in blobs]
-        mine = torch.from_numpy(np.concatenate(blobs) if blobs else np.zeros(0, np.uint8))
-        world = self.world()
-        every = torch.empty(world * mine.numel(), dtype=torch.uint8)
-        if mine.numel():
-            dist.all_gather_into_tensor(every, mine, group=self.process_group)
-        every = every.view(world, -1)
-        out, at = {}, 0
-        for n, s in zip(names, sizes):
-            out[n] = every[:, at:at + s].clone()
-            at += s
+        out = gather_blobs({n: st.checkpoint() for n, st in self.states.items()}, self.process_group)
         return {"format": _FORMAT, "codec": self.codec, "options": dict(self.options),
-                "world_size": world, "states": out}
+                "world_size": self.world(), "states": out}
 
     def load_state_dict(self, sd: dict) -> None:
         if sd.get("format") != _FORMAT:

@@ -15,11 +15,11 @@ at another world size, runs the library's elastic restore (the residuals' sum ov
 re-sliced by the new shards).
 """
 
-import numpy as np
 import torch
 import torch.distributed as dist
 
 from ._core import Tagc
+from ._gather import gather_blobs
 
 _FORMAT = 1
 _CELLS = {"bf16": torch.bfloat16, "fp32": torch.float32}
@@ -65,19 +65,8 @@ class TagcStates:
 
     def state_dict(self) -> dict:
         """Every rank's TAGC checkpoints (a collective over the process group)."""
-        names = sorted(self.states)
-        blobs = [np.frombuffer(self.codec.checkpoint(self.states[n]), dtype=np.uint8) for n in names]
-        mine = torch.from_numpy(np.concatenate(blobs) if blobs else np.zeros(0, np.uint8))
-        world = self.world()
-        every = torch.empty(world * mine.numel(), dtype=torch.uint8)
-        if mine.numel():
-            dist.all_gather_into_tensor(every, mine, group=self.process_group)
-        every = every.view(world, -1)
-        out, at = {}, 0
-        for n, b in zip(names, blobs):
-            out[n] = every[:, at:at + b.size].clone()
-            at += b.size
-        return {"format": _FORMAT, "codec": "tagc", "identity": self.codec.identity, "world_size": world, "states": out}
+        out = gather_blobs({n: self.codec.checkpoint(st) for n, st in self.states.items()}, self.process_group)
+        return {"format": _FORMAT, "codec": "tagc", "identity": self.codec.identity, "world_size": self.world(), "states": out}
 
     def load_state_dict(self, sd: dict) -> None:
         self._check(sd)
