@@ -120,10 +120,10 @@ inline void tagc_report(std::span<const float> grad, int steps = 4) {
   sum_norm = std::sqrt(sum_norm);
   const double bf16_bytes = (world - 1.0) / world * 2.0 * static_cast<double>(world * ((n + world - 1) / world));
   std::printf("\nTAGC, %u simulated ranks, reduce-scatter of the %zu-element buffer (docs/tagc.md)\n", world, n);
-  std::printf("%-30s %12s %9s %12s %14s %8s %10s %8s\n", "configuration", "MB per rank", "x fewer", "error 1 step", "error steps",
+  std::printf("%-31s %12s %9s %12s %14s %8s %10s %8s\n", "configuration", "MB per rank", "x fewer", "error 1 step", "error steps",
               "peeled", "cells/item", "s/step");
-  std::printf("%s\n", std::string(110, '-').c_str());
-  std::printf("%-30s %12.2f %9.2f %12.3e %14s %8s %10s %8s\n", "bf16 reduce-scatter", bf16_bytes / 1e6, 1.0,
+  std::printf("%s\n", std::string(111, '-').c_str());
+  std::printf("%-31s %12.2f %9.2f %12.3e %14s %8s %10s %8s\n", "bf16 reduce-scatter", bf16_bytes / 1e6, 1.0,
               std::sqrt(bf16_err) / sum_norm, "-", "-", "-", "-");
   gt::config ours_nccl;
   ours_nccl.bitmap = gt::bitmap_mode::sum_safe;
@@ -136,7 +136,7 @@ inline void tagc_report(std::span<const float> grad, int steps = 4) {
     const outcome o = run(row.cfg, g, sum, sum_norm, steps);
     char err_steps[32];
     std::snprintf(err_steps, sizeof err_steps, "%.3e (%d)", o.err_steps, steps);
-    std::printf("%-30s %12.2f %9.2f %12.3e %14s %8.4f %10.2f %8.2f\n", row.name, o.bytes / 1e6, bf16_bytes / o.bytes, o.err1,
+    std::printf("%-31s %12.2f %9.2f %12.3e %14s %8.4f %10.2f %8.2f\n", row.name, o.bytes / 1e6, bf16_bytes / o.bytes, o.err1,
                 err_steps, o.peeled, o.cells_per_item, o.seconds);
   }
   std::printf(

@@ -104,7 +104,9 @@ inline void routing_section() {
   std::printf("  %-13s %7zu %12zu %-32s %12.0f %8.2f %10.3e\n", "all", l.size(), l.parameters(), "", all_bytes,
               4.0 * static_cast<double>(l.parameters()) / all_bytes, std::sqrt(all_e2 / all_g2));
   std::printf("  bytes: frames, headers included; ratio: fp32 bytes / bytes; rel. error: ||decoded - g|| / ||g|| of this\n"
-              "  step (top-k's residual goes out in later steps); ms: compress time (telemetry, per chunk, summed).\n");
+              "  step (top-k's residual goes out in later steps); ms: compress time (telemetry, per chunk, summed).\n"
+              "  The router is the gather path, so its sketch slot holds top-k; TAGC's count sketch over the same roles\n"
+              "  runs on the summable path (transformer::split + tagc::codec, docs/transformers.md).\n");
 }
 
 inline void planner_section() {
