@@ -1,7 +1,7 @@
 // CUDA benchmarks (Google Benchmark, manual time from CUDA events). Each reports:
 //   GBps        effective bandwidth: the bytes the operation must read and write, per second
 //   copy_GBps   cudaMemcpy device-to-device moving the same number of bytes, same process
-//   ratio       GBps / copy_GBps (the targets are ratios, DESIGN.md section 6)
+//   ratio       GBps / copy_GBps (the targets are ratios: docs/benchmarks.md)
 //   compression input bytes / payload bytes
 // Top-k also reports vs_2reads: its time over the time of a kernel reading the input twice
 // (target: <= 3 at 1% of 2^27 floats). Inputs rotate over enough buffers that each

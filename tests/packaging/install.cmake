@@ -29,19 +29,21 @@ gradcomp_driver_run("${CMAKE_COMMAND}" -S "${GRADCOMP_SOURCE_DIR}" -B "${BINARY_
 gradcomp_driver_run("${CMAKE_COMMAND}" --build "${BINARY_DIR}" --config "${CONFIG}" --parallel 2)
 gradcomp_driver_run("${CMAKE_COMMAND}" --install "${BINARY_DIR}" --config "${CONFIG}")
 
-# --- What was installed? Headers and package files only. -------------------
+# --- What was installed? Headers, package files and the license only. ------
 file(GLOB_RECURSE _installed RELATIVE "${PREFIX}" "${PREFIX}/*")
 if(NOT _installed)
   message(FATAL_ERROR "packaging driver: nothing was installed into ${PREFIX}")
 endif()
 foreach(_f IN LISTS _installed)
-  if(NOT _f MATCHES "^include/gradcomp/" AND NOT _f MATCHES "^share/cmake/gradcomp/")
-    message(FATAL_ERROR "packaging driver: unexpected installed file '${_f}' "
-                        "(only include/gradcomp/ and share/cmake/gradcomp/ belong in the package)")
+  if(NOT _f MATCHES "^include/gradcomp/" AND NOT _f MATCHES "^share/cmake/gradcomp/" AND
+     NOT _f STREQUAL "share/doc/gradcomp/LICENSE")
+    message(FATAL_ERROR "packaging driver: unexpected installed file '${_f}' (only include/gradcomp/, "
+                        "share/cmake/gradcomp/ and share/doc/gradcomp/LICENSE belong in the package)")
   endif()
 endforeach()
 foreach(_f
     include/gradcomp/gradcomp.hpp
+    share/doc/gradcomp/LICENSE
     share/cmake/gradcomp/gradcomp-config.cmake
     share/cmake/gradcomp/gradcomp-config-version.cmake
     share/cmake/gradcomp/gradcomp-targets.cmake)

@@ -130,8 +130,8 @@ TEST_CASE("tagc bad input: reduced sketches of the wrong size or alignment, outp
   refuse(std::span<const std::byte>(shard).first(shard.size() - 2), out, errc::size_mismatch);
   refuse(shard, std::span<float>(out).first(mine - 1), errc::size_mismatch);  // the shard's output size
   refuse(whole, out, errc::size_mismatch);                                     // whole: out must be n
-  test::bytes odd(shard.size() + 2);
-  std::memcpy(odd.data() + 1, shard.data(), shard.size());
+  test::bytes odd(1);  // the shard one byte past an aligned start
+  odd.insert(odd.end(), shard.begin(), shard.end());
   refuse(std::span<const std::byte>(odd).subspan(1, shard.size()), out, errc::invalid_argument);
   CHECK(t.c.receive(1, t.st[1], shard, out).ok());
   CHECK(t.c.receive(1, t.st[1], shard, out) == errc::invalid_argument);  // twice

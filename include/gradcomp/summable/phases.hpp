@@ -1,6 +1,6 @@
 #pragma once
 // Summable phases: the contract between a codec whose buffers a transport may reduce
-// element-wise and the transport (DESIGN.md, "Two aggregation paths"; docs/tagc.md).
+// element-wise and the transport (docs/design.md, "Aggregation paths"; docs/tagc.md).
 //
 // A summable codec runs a step as a fixed sequence of phases. For each phase k the rank asks
 // describe(k, st) for the buffer's element type, reduction, element count and whether a
