@@ -267,3 +267,23 @@ TEST_CASE("sketch determinism: the same bytes on every run, whatever the workspa
   CHECK(crc(cells16) == 2760937343u);
   CHECK(outs[0] == 1020110634u);
 }
+
+TEST_CASE("sketch cells: NaN is canonical whatever the operand order or the payload") {
+  // Four items in one cell (r = 1, B = 1): NaNs of both signs and a payload, then a number.
+  const std::size_t count = 4;
+  const std::vector<std::uint32_t> bm{0xfu};
+  const auto g = *gs::make_geometry_rows(count, 1, 1);
+  const std::vector<float> x{bits_float(0xffc00000u), bits_float(0x7fc00000u), bits_float(0x7f800123u), 1.0f};
+  CHECK(float_bits(encode_all<float>(g, x, bm)[0]) == 0x7fc00000u);
+  CHECK(encode_all<bf16_t>(g, x, bm)[0].bits == 0x7fc0u);
+  // A cell delivered with another NaN (a GPU's 0x7fffffff, a signalling payload) peels to the
+  // canonical NaN with the item's sign.
+  const std::vector<std::uint32_t> one{0x1u};
+  const auto g1 = *gs::make_geometry_rows(1, 1, 1);
+  for (const std::uint32_t cell : {0x7fffffffu, 0xff800001u, 0x7fa00000u}) {
+    const auto d = decode_all<float>(g1, one, std::vector<float>{bits_float(cell)});
+    const bool neg = (gs::map_block(0, 1).neg & 1u) != 0;
+    CHECK(d.stats.peeled == 1);
+    CHECK(float_bits(d.out[0]) == (neg ? 0xffc00000u : 0x7fc00000u));
+  }
+}

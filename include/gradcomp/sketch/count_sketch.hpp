@@ -82,7 +82,7 @@ status encode(const geometry& g, std::span<const float> x, std::span<const std::
     for (std::uint32_t p = 0; p < nb; ++p)
       for (std::uint32_t k = 0; k < batch[p].distinct; ++k) {
         float& cell = acc[batch[p].cell[k]];
-        cell = cell + apply_sign(((batch[p].neg >> k) & 1u) != 0, batch[p].v);
+        cell = add_item(cell, ((batch[p].neg >> k) & 1u) != 0, batch[p].v);
       }
     nb = 0;
   };
@@ -117,7 +117,7 @@ result<peel_stats> decode(const geometry& g, std::span<const std::uint32_t> bitm
   detail::peel_layout(g, *items, workspace.data(), a);
   detail::peel_prepare(g, bitmap, a);
   for (std::size_t row = 0; row < g.rows; ++row)  // to the lane-major order of the workspace
-    for (std::size_t t = 0; t < g.block; ++t) a.cell[t * g.rows + row].residual = to_float(cells[row * g.block + t]);
+    for (std::size_t t = 0; t < g.block; ++t) a.cell[t * g.rows + row].residual = load_cell(cells[row * g.block + t]);
   const peel_stats st = detail::peel_run(g, true, a, opt.max_rounds);
   // The output in element order, a tile at a time: zeros, then the tile's items (item i of lane
   // t comes next in lane t's list, so lane_next walks the lanes again).
@@ -135,10 +135,10 @@ result<peel_stats> decode(const geometry& g, std::span<const std::uint32_t> bitm
         out[e] = a.value[i];
         if (!opt.peeled.empty()) opt.peeled[e / 32] |= 1u << (e % 32);
       } else if (opt.unpeeled == fallback::median) {
-        float signed_residual[3] = {0.0f, 0.0f, 0.0f};
+        float signed_cells[3] = {0.0f, 0.0f, 0.0f};
         for (std::uint32_t k = 0; k < info_distinct(info); ++k)
-          signed_residual[k] = apply_sign(info_neg(info, k), a.cell[a.icell[3 * i + k]].residual);
-        out[e] = fallback_estimate(signed_residual, info_distinct(info));
+          signed_cells[k] = signed_residual(info, k, a.cell[a.icell[3 * i + k]].residual);
+        out[e] = fallback_estimate(signed_cells, info_distinct(info));
       }
     };
     detail::for_each_item<false>(g, bitmap.subspan(w0, w1 - w0), item, w0);

@@ -12,6 +12,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "../core/bits.hpp"
 #include "../core/config.hpp"
 #include "../core/murmur3.hpp"
 #include "../core/status.hpp"
@@ -85,7 +86,15 @@ GRADCOMP_HD constexpr std::uint32_t cell_index(const block_cells& m, std::uint32
   return m.row[k] * block + lane;
 }
 
-// sign * v with sign = -1 when neg: exact (a sign flip), the same bits on every backend.
-GRADCOMP_HD inline float apply_sign(bool neg, float v) { return neg ? -v : v; }
+// --- Cell arithmetic: every backend's encode and peel go through these. ---
+// sign * v with sign = -1 when neg: a flip of the sign bit (NaN included), exact everywhere.
+GRADCOMP_HD inline float apply_sign(bool neg, float v) { return bits_float(float_bits(v) ^ (static_cast<std::uint32_t>(neg) << 31)); }
+
+// A cell plus / minus one item's signed value. NaN results are canonical: the sign of a sum of
+// two NaNs is that of the first operand on x86, and compilers may swap the operands of a sum
+// (they commute for numbers), so without this the bytes of a cell holding two NaNs would
+// depend on the optimisation level; a GPU returns its own NaN.
+GRADCOMP_HD inline float add_item(float cell, bool neg, float v) { return canonical_nan(cell + apply_sign(neg, v)); }
+GRADCOMP_HD inline float subtract_item(float cell, bool neg, float v) { return canonical_nan(cell - apply_sign(neg, v)); }
 
 }  // namespace gradcomp::sketch

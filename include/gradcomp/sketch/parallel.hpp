@@ -86,7 +86,7 @@ GRADCOMP_HD inline float encode_cell(std::uint32_t c, const std::uint32_t* start
   float acc = 0.0f;
   for (std::uint32_t p = start[c]; p < start[c + 1]; ++p) {
     const std::uint32_t i = sorted_val[p] >> 2, k = sorted_val[p] & 3u;
-    acc = acc + apply_sign(info_neg(info[i], k), x[elem[i]]);
+    acc = add_item(acc, info_neg(info[i], k), x[elem[i]]);
   }
   return acc;
 }
@@ -101,7 +101,7 @@ GRADCOMP_HD inline bool choose_item(std::uint32_t i, std::uint32_t round, const 
   const std::uint32_t d = info_distinct(inf);
   const std::uint32_t k = singleton_cell(live, slot_key + 3 * i, d);
   if (k == d) return false;
-  if (value != nullptr) value[i] = apply_sign(info_neg(inf, k), residual[slot_key[3 * i + k]]);
+  if (value != nullptr) value[i] = signed_residual(inf, k, residual[slot_key[3 * i + k]]);
   peeled_in[i] = round + 1;
   return true;
 }
@@ -140,10 +140,10 @@ GRADCOMP_HD inline std::uint32_t output_word(std::size_t w, std::size_t count, c
       peeled |= 1u << bit;
       if (out != nullptr) out[first + bit] = value[i];
     } else if (out != nullptr && median) {
-      float signed_residual[3] = {0.0f, 0.0f, 0.0f};
+      float signed_cells[3] = {0.0f, 0.0f, 0.0f};
       for (std::uint32_t k = 0; k < info_distinct(info[i]); ++k)
-        signed_residual[k] = apply_sign(info_neg(info[i], k), residual[slot_key[3 * i + k]]);
-      out[first + bit] = fallback_estimate(signed_residual, info_distinct(info[i]));
+        signed_cells[k] = signed_residual(info[i], k, residual[slot_key[3 * i + k]]);
+      out[first + bit] = fallback_estimate(signed_cells, info_distinct(info[i]));
     }
   }
   return peeled;

@@ -10,7 +10,7 @@
 // peel (no values) and the value peel share peel_lane() below.
 //
 // The arithmetic a GPU needs is in the GRADCOMP_HD functions: a kernel over items
-// (singleton_cell, apply_sign) and one over cells walking their items in ascending element
+// (singleton_cell, signed_residual) and one over cells walking their items in ascending element
 // order (subtract_item) per round give the same bits as the host loop. The host visits only
 // the cells whose count reached 1 (the frontier) and finds a cell's last item as the XOR of
 // its unpeeled item numbers, without per-cell item lists. Lane t of a block only ever meets
@@ -24,6 +24,7 @@
 #include <span>
 #include <type_traits>
 
+#include "../core/numeric.hpp"
 #include "bitmap.hpp"
 #include "geometry.hpp"
 
@@ -53,21 +54,30 @@ GRADCOMP_HD inline std::uint32_t singleton_cell(const Live& live, const std::uin
   return distinct;
 }
 
-// A cell's residual after removing one peeled item.
-GRADCOMP_HD inline float subtract_item(float residual, bool neg, float value) { return residual - apply_sign(neg, value); }
-
 // Comparisons written out so that NaN handling is the same on every backend.
 GRADCOMP_HD inline float min_of(float a, float b) { return b < a ? b : a; }
 GRADCOMP_HD inline float max_of(float a, float b) { return a < b ? b : a; }
 
+// A cell's residual as the peel starts: what the transport delivered, NaN canonical.
+template <class Cell>
+GRADCOMP_HD inline float load_cell(Cell c) {
+  return canonical_nan(to_float(c));
+}
+
+// sign_k * residual of an item's k-th distinct cell: the item's value when it peels through that
+// cell, and the input of its fallback estimate when it never peels.
+GRADCOMP_HD inline float signed_residual(std::uint8_t info, std::uint32_t k, float residual) {
+  return apply_sign(info_neg(info, k), residual);
+}
+
 // The estimate of an item that never peels, from its signed residual cells (sign * residual):
 // the median of 3, the mean of 2 computed as (a + b) * 0.5, or the single one.
-GRADCOMP_HD inline float fallback_estimate(const float* signed_residual, std::uint32_t distinct) {
-  const float a = signed_residual[0];
+GRADCOMP_HD inline float fallback_estimate(const float* signed_cells, std::uint32_t distinct) {
+  const float a = signed_cells[0];
   if (distinct == 1) return a;
-  const float b = signed_residual[1];
-  if (distinct == 2) return (a + b) * 0.5f;
-  const float c = signed_residual[2];
+  const float b = signed_cells[1];
+  if (distinct == 2) return canonical_nan((a + b) * 0.5f);
+  const float c = signed_cells[2];
   return max_of(min_of(a, b), min_of(max_of(a, b), c));
 }
 
@@ -225,7 +235,7 @@ inline peel_stats peel_lane(const geometry& g, std::uint32_t t, bool values, con
       if (values) {
         const std::uint8_t info = a.info[i];
         const std::uint32_t k = singleton_cell(live, a.icell + 3 * i, info_distinct(info));
-        a.value[i] = apply_sign(info_neg(info, k), cs[a.icell[3 * i + k]].residual);
+        a.value[i] = signed_residual(info, k, cs[a.icell[3 * i + k]].residual);
       }
     }
     if (lo > hi) break;

@@ -248,7 +248,7 @@ struct peel_init {  // a thread per cell (up to the most cells)
   GRADCOMP_HD void operator()(std::uint64_t cell) const {
     if (cell < s.first_cell(c) || cell >= s.end_cell(c)) return;
     c.w.live[cell] = c.w.start[cell + 1] - c.w.start[cell];
-    c.w.cell_residual[cell] = to_float(cells[l.at(c, cell)]);
+    c.w.cell_residual[cell] = sketch::load_cell(cells[l.at(c, cell)]);
   }
 };
 
