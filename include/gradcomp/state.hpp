@@ -12,6 +12,7 @@
 
 #include "core/byteio.hpp"
 #include "core/crc32c.hpp"
+#include "core/ids.hpp"
 #include "core/status.hpp"
 
 namespace gradcomp {
@@ -26,7 +27,7 @@ struct state {
 };
 
 namespace checkpoint {
-inline constexpr std::uint32_t magic = 0x54534347u;  // bytes "GCST"
+inline constexpr std::uint32_t magic = ids::tag::checkpoint;  // bytes "GCST"
 inline constexpr std::uint16_t version = 2;
 inline constexpr std::size_t header_bytes = 56;
 inline constexpr std::size_t v1_header_bytes = 40;  // version 1: residual only (still read)

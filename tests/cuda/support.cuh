@@ -328,7 +328,7 @@ struct odd_bits {
   };
   using code_type = std::uint32_t;
   static constexpr unsigned bits = Bits;
-  static constexpr std::uint8_t id = 0x7e;
+  static constexpr std::uint8_t id = 0xfe;  // a test policy: in the range left to users (core/ids.hpp)
   static constexpr bool summable = false;
   static constexpr std::size_t meta_bytes = 8;
 

@@ -7,33 +7,29 @@
 // magnitude M: decoded = +-2^(E(M) - e) for e < 7 (E the binary exponent), 0 for e = 7. A
 // value x decodes to the power of two at or below |x| when it lies within seven binades of M,
 // so |decoded| <= |x| < 2 |decoded|; smaller values become 0. Metadata: f32 M per group.
+// grouped_quantizer supplies the group members (config.group, validate, format_param, ...);
+// the id lies in the range gradcomp leaves to policies defined outside it (core/ids.hpp).
 #include <gradcomp/core/bits.hpp>
 #include <gradcomp/core/byteio.hpp>
 #include <gradcomp/core/concepts.hpp>
+#include <gradcomp/core/ids.hpp>
 #include <gradcomp/core/reduce.hpp>
 #include <gradcomp/quantize/group.hpp>
 
 namespace gradcomp::test {
 
-struct log2_levels {
-  using policy_kind = quantizer_tag;
-  struct config {
-    std::size_t group = 64;
-  };
+struct log2_config {
+  std::size_t group = 64;
+};
+
+struct log2_levels : quantize::grouped_quantizer<log2_config> {
   struct meta {
     float max = 0.0f;
   };
-  using code_type = std::uint8_t;
   static constexpr unsigned bits = 4;
-  static constexpr std::uint8_t id = 200;  // outside the library's ids
-  static constexpr bool summable = false;
+  static constexpr std::uint8_t id = 200;
+  static_assert(id >= ids::first_user);
   static constexpr std::size_t meta_bytes = 4;
-
-  static status validate(const config& c) { return quantize::check_group_size(c.group); }
-  static constexpr std::uint16_t format_param(const config& c) { return quantize::group_param(c.group); }
-  static constexpr bool unbiased(const config&) { return false; }
-  GRADCOMP_HD static bool stochastic(const config&) { return false; }
-  GRADCOMP_HD static std::size_t group_size(const config& c) { return c.group; }
 
   GRADCOMP_HD static meta fit(const config&, const float* x, std::size_t n) { return {max_abs(x, n)}; }
 

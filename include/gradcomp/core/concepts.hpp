@@ -109,7 +109,10 @@ concept quantizer_traits = has_config<Q> && requires(const typename Q::config& c
 template <class Q>
 concept quantizer_policy = has_policy_kind<Q, quantizer_tag> && has_validate<Q> && quantizer_codes<Q> &&
                            quantizer_groups<Q> && quantizer_encode<Q> && quantizer_decode<Q> && quantizer_traits<Q>;
-// Defaults for quantizers without groups or randomness (casts): derive and add encode/decode.
+// Defaults for quantizers without groups or metadata (the casts, natural): derive and add
+// code_type, bits, id, unbiased, summable, encode and decode (and stochastic where random
+// numbers round). Quantizers with groups derive from quantize::grouped_quantizer
+// (quantize/group.hpp) instead.
 struct ungrouped_quantizer {
   using policy_kind = quantizer_tag;
   struct meta {};

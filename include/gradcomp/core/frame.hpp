@@ -13,12 +13,13 @@
 
 #include "byteio.hpp"
 #include "crc32c.hpp"
+#include "ids.hpp"
 #include "numeric.hpp"
 #include "status.hpp"
 
 namespace gradcomp::frame {
 
-inline constexpr std::uint32_t magic = 0x52464347u;  // bytes "GCFR"
+inline constexpr std::uint32_t magic = ids::tag::frame;  // bytes "GCFR"
 inline constexpr std::uint16_t version = 1;
 inline constexpr std::size_t header_bytes = 88;
 inline constexpr std::size_t crc_offset = 84;

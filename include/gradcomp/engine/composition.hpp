@@ -13,6 +13,7 @@
 #include "../core/byteio.hpp"
 #include "../core/concepts.hpp"
 #include "../core/frame.hpp"
+#include "../core/ids.hpp"
 #include "../core/index_codec.hpp"
 #include "../core/numeric.hpp"
 #include "../core/status.hpp"
@@ -47,7 +48,8 @@ class composition {
   static_assert(quantizer_groups<Quantizer>,
                 "gradcomp::compressor: the quantizer needs `meta`, `meta_bytes`, `group_size(config)`, "
                 "`fit(config, values, n)`, `store_meta`, `load_meta` and `check_meta(config, meta)` "
-                "(derive from gradcomp::ungrouped_quantizer for a plain cast)");
+                "(derive from gradcomp::ungrouped_quantizer for a plain cast, from "
+                "gradcomp::quantize::grouped_quantizer<config> for one with groups)");
   static_assert(quantizer_encode<Quantizer>,
                 "gradcomp::compressor: the quantizer needs `static code_type encode(const config&, const meta&, float, std::uint32_t random)`");
   static_assert(quantizer_decode<Quantizer>,
@@ -63,6 +65,13 @@ class composition {
   static_assert(feedback_members<Feedback>,
                 "gradcomp::compressor: the feedback needs `has_state`, `combine(config, g, e)` and "
                 "`remainder(config, x, sent)`");
+  // Only reported once the policy is otherwise complete, so one mistake gives one message.
+  static_assert(!sparsifier_policy<Sparsifier> || ids::id_allowed<Sparsifier>,
+                "gradcomp::compressor: the sparsifier's `id` lies in the library's range [1, 127]: a sparsifier "
+                "defined outside gradcomp takes an id in [ids::first_user, 255] = [128, 255] (gradcomp/core/ids.hpp)");
+  static_assert(!quantizer_policy<Quantizer> || ids::id_allowed<Quantizer>,
+                "gradcomp::compressor: the quantizer's `id` lies in the library's range [1, 127]: a quantizer "
+                "defined outside gradcomp takes an id in [ids::first_user, 255] = [128, 255] (gradcomp/core/ids.hpp)");
   static_assert(Quantizer::bits >= 1 && Quantizer::bits <= 8 * sizeof(typename Quantizer::code_type),
                 "gradcomp::compressor: the quantizer's code_type must hold `bits` bits");
   static_assert((Sparsifier::kind == selection::dense) == Sparsifier::is_dense,

@@ -7,6 +7,7 @@
 #include <cstdint>
 
 #include "../core/concepts.hpp"
+#include "../core/ids.hpp"
 #include "../core/numeric.hpp"
 
 namespace gradcomp::quantize {
@@ -15,7 +16,7 @@ GRADCOMP_PRECISE_BEGIN
 struct bf16 : ungrouped_quantizer {
   using code_type = std::uint16_t;
   static constexpr unsigned bits = 16;
-  static constexpr std::uint8_t id = 2;
+  static constexpr std::uint8_t id = ids::quantizer::bf16;
   static constexpr bool unbiased(const config&) { return false; }
   static constexpr bool summable = true;
 

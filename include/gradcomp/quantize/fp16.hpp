@@ -8,6 +8,7 @@
 #include <cstdint>
 
 #include "../core/concepts.hpp"
+#include "../core/ids.hpp"
 #include "../core/numeric.hpp"
 
 
@@ -17,7 +18,7 @@ GRADCOMP_PRECISE_BEGIN
 struct fp16 : ungrouped_quantizer {
   using code_type = std::uint16_t;
   static constexpr unsigned bits = 16;
-  static constexpr std::uint8_t id = 3;
+  static constexpr std::uint8_t id = ids::quantizer::fp16;
   static constexpr bool unbiased(const config&) { return false; }
   static constexpr bool summable = true;
 

@@ -39,6 +39,7 @@
 #include "../core/byteio.hpp"
 #include "../core/concepts.hpp"
 #include "../core/fp8.hpp"
+#include "../core/ids.hpp"
 #include "../core/reduce.hpp"
 #include "../core/rounding.hpp"
 #include "group.hpp"
@@ -48,21 +49,19 @@ GRADCOMP_PRECISE_BEGIN
 
 enum class fp8_format : std::uint8_t { e4m3, e5m2 };
 
+struct fp8_config {
+  std::size_t group = 0;  // 0: plain cast; else values per scale, a power of two in [1, 4096]
+};
+
 template <fp8_format Format>
-struct fp8 {
-  using policy_kind = quantizer_tag;
-  struct config {
-    std::size_t group = 0;  // 0: plain cast; else values per scale, a power of two in [1, 4096]
-  };
+struct fp8 : grouped_quantizer<fp8_config> {
   struct meta {
     float scale = 1.0f;  // 2^k
     float inv = 1.0f;    // 2^-k; not sent
   };
-  using code_type = std::uint8_t;
   static constexpr bool e4m3 = Format == fp8_format::e4m3;
   static constexpr unsigned bits = 8;
-  static constexpr std::uint8_t id = e4m3 ? 4 : 5;
-  static constexpr bool summable = false;
+  static constexpr std::uint8_t id = e4m3 ? ids::quantizer::fp8_e4m3 : ids::quantizer::fp8_e5m2;
   static constexpr std::size_t meta_bytes = 4;
   static constexpr float max = e4m3 ? fp8_e4m3_max : fp8_e5m2_max;
   static constexpr int emax = e4m3 ? 8 : 15;  // max = 1.75 * 2^emax
@@ -76,9 +75,6 @@ struct fp8 {
   static constexpr std::uint16_t format_param(const config& c) {
     return c.group == 0 ? std::uint16_t{0} : static_cast<std::uint16_t>(group_param(c.group) | 1u);
   }
-  static constexpr bool unbiased(const config&) { return false; }
-  GRADCOMP_HD static constexpr bool stochastic(const config&) { return false; }
-  GRADCOMP_HD static constexpr std::size_t group_size(const config& c) { return c.group; }
 
   GRADCOMP_HD GRADCOMP_INLINE static meta fit(const config&, const float* x, std::size_t n) {
     const std::uint32_t a = abs_key(max_abs(x, n));

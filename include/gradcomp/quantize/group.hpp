@@ -1,7 +1,9 @@
 #pragma once
 // Pieces shared by the grouped quantizers: the group size rule, its place in the codec id,
-// the rounding choice and the scale checks for metadata read from a frame.
+// the rounding choice, the scale checks for metadata read from a frame, and grouped_quantizer,
+// the members they have in common.
 
+#include <concepts>
 #include <cstddef>
 #include <cstdint>
 
@@ -54,6 +56,36 @@ GRADCOMP_HD inline status check_scale(float scale, float levels) {
   if (float_bits(scale) >> 31) return {errc::bad_meta, "group scale is negative"};
   return {};
 }
+
+// Defaults for quantizers with one metadata record per group of `group` consecutive sent
+// values (the counterpart of ungrouped_quantizer in core/concepts.hpp). Config is the
+// quantizer's config, an aggregate with `std::size_t group` (a power of two in [1, 4096]) and,
+// where the rounding is a choice, `rounding round`; the quantizer derives from
+// grouped_quantizer<its config> and adds `meta`, `meta_bytes`, `bits`, `id`, `fit`, `encode`,
+// `decode`, `store_meta`, `load_meta` and `check_meta`. A member it declares itself replaces
+// the default of the same name (stochastic and unbiased go together).
+template <class Config>
+struct grouped_quantizer {
+  static_assert(requires(const Config& c) {
+    { c.group } -> std::convertible_to<std::size_t>;
+  }, "gradcomp::quantize::grouped_quantizer<Config>: Config needs `std::size_t group` (values per group)");
+  using policy_kind = quantizer_tag;
+  using config = Config;
+  using code_type = std::uint8_t;
+  static constexpr bool summable = false;  // each rank's group metadata differs
+
+  static status validate(const config& c) { return check_group_size(c.group); }
+  static constexpr std::uint16_t format_param(const config& c) { return group_param(c.group); }
+  // Stochastic, and then unbiased, exactly when the config has round = rounding::stochastic.
+  static constexpr bool unbiased(const config& c) { return stochastic(c); }
+  GRADCOMP_HD static constexpr bool stochastic(const config& c) {
+    if constexpr (requires { c.round; })
+      return c.round == rounding::stochastic;
+    else
+      return false;
+  }
+  GRADCOMP_HD static constexpr std::size_t group_size(const config& c) { return c.group; }
+};
 
 GRADCOMP_PRECISE_END
 }  // namespace gradcomp::quantize

@@ -25,6 +25,7 @@
 #include "../core/bits.hpp"
 #include "../core/byteio.hpp"
 #include "../core/concepts.hpp"
+#include "../core/ids.hpp"
 #include "../core/reduce.hpp"
 #include "../core/rounding.hpp"
 #include "group.hpp"
@@ -37,14 +38,14 @@ enum class int_range : std::uint8_t {
   asymmetric = 1,  // [min x, max x], one more level, 8 metadata bytes per group
 };
 
+struct int_block_config {
+  std::size_t group = 128;  // values per scale: a power of two in [1, 4096]
+  rounding round = rounding::nearest;
+};
+
 template <unsigned Bits, int_range Range = int_range::symmetric>
-struct int_block {
+struct int_block : grouped_quantizer<int_block_config> {
   static_assert(Bits == 2 || Bits == 4 || Bits == 8, "int_block: Bits must be 8, 4 or 2");
-  using policy_kind = quantizer_tag;
-  struct config {
-    std::size_t group = 128;  // values per scale: a power of two in [1, 4096]
-    rounding round = rounding::nearest;
-  };
   struct meta {
     float scale = 0.0f;
     float lo = 0.0f;   // asymmetric only
@@ -53,22 +54,16 @@ struct int_block {
     float pre = 1.0f;
     float inv = 0.0f;
   };
-  using code_type = std::uint8_t;
   static constexpr bool asymmetric = Range == int_range::asymmetric;
   static constexpr unsigned bits = Bits;
-  static constexpr std::uint8_t id = 6;
-  static constexpr bool summable = false;
+  static constexpr std::uint8_t id = ids::quantizer::int_block;
   static constexpr std::size_t meta_bytes = asymmetric ? 8 : 4;
   // Largest |q| (symmetric) or largest q (asymmetric).
   static constexpr float levels = asymmetric ? float((1u << Bits) - 1) : float((1u << (Bits - 1)) - 1);
 
-  static status validate(const config& c) { return check_group_size(c.group); }
   static constexpr std::uint16_t format_param(const config& c) {
     return static_cast<std::uint16_t>(group_param(c.group) | (asymmetric ? 0x10u : 0u) | Bits);
   }
-  static constexpr bool unbiased(const config& c) { return c.round == rounding::stochastic; }
-  GRADCOMP_HD static bool stochastic(const config& c) { return c.round == rounding::stochastic; }
-  GRADCOMP_HD static std::size_t group_size(const config& c) { return c.group; }
 
   GRADCOMP_HD GRADCOMP_INLINE static meta fit(const config&, const float* x, std::size_t n) {
     meta m;

@@ -30,30 +30,20 @@
 #include "../core/bits.hpp"
 #include "../core/byteio.hpp"
 #include "../core/concepts.hpp"
+#include "../core/ids.hpp"
 #include "../core/philox.hpp"
 
 namespace gradcomp::quantize {
 GRADCOMP_PRECISE_BEGIN
 
-struct natural {
-  using policy_kind = quantizer_tag;
-  struct config {};
-  struct meta {};
+// No groups: ungrouped_quantizer's defaults, but stochastic. Not a cast: 9-bit codes.
+struct natural : ungrouped_quantizer {
   using code_type = std::uint16_t;
   static constexpr unsigned bits = 9;
-  static constexpr std::uint8_t id = 11;
+  static constexpr std::uint8_t id = ids::quantizer::natural;
   static constexpr bool summable = false;
-  static constexpr std::size_t meta_bytes = 0;
-
-  static constexpr status validate(const config&) { return {}; }
-  static constexpr std::uint16_t format_param(const config&) { return 0; }
   static constexpr bool unbiased(const config&) { return true; }
   GRADCOMP_HD static constexpr bool stochastic(const config&) { return true; }
-  GRADCOMP_HD static constexpr std::size_t group_size(const config&) { return 0; }
-  GRADCOMP_HD static constexpr meta fit(const config&, const float*, std::size_t) { return {}; }
-  GRADCOMP_HD static constexpr void store_meta(const meta&, std::byte*) {}
-  GRADCOMP_HD static constexpr meta load_meta(const std::byte*) { return {}; }
-  GRADCOMP_HD static constexpr status check_meta(const config&, const meta&) { return {}; }
 
   GRADCOMP_HD static code_type encode(const config&, const meta&, float x, std::uint32_t random) {
     const std::uint32_t u = float_bits(x);

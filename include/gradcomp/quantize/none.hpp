@@ -5,6 +5,7 @@
 
 #include "../core/bits.hpp"
 #include "../core/concepts.hpp"
+#include "../core/ids.hpp"
 
 namespace gradcomp::quantize {
 GRADCOMP_PRECISE_BEGIN
@@ -12,7 +13,7 @@ GRADCOMP_PRECISE_BEGIN
 struct none : ungrouped_quantizer {
   using code_type = std::uint32_t;
   static constexpr unsigned bits = 32;
-  static constexpr std::uint8_t id = 1;
+  static constexpr std::uint8_t id = ids::quantizer::none;
   static constexpr bool unbiased(const config&) { return true; }
   static constexpr bool summable = true;
 

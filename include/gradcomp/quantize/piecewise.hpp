@@ -64,6 +64,7 @@
 #include "../core/bits.hpp"
 #include "../core/byteio.hpp"
 #include "../core/concepts.hpp"
+#include "../core/ids.hpp"
 #include "../core/reduce.hpp"
 #include "../core/rounding.hpp"
 #include "group.hpp"
@@ -72,18 +73,18 @@
 namespace gradcomp::quantize {
 GRADCOMP_PRECISE_BEGIN
 
+struct piecewise_config {
+  std::size_t group = 128;  // values per (M, p): a power of two in [1, 4096]
+  rounding round = rounding::nearest;
+  // Breakpoint candidates whose errors are computed and compared, best model scores first
+  // (1: the model's choice; 16: every candidate). Only the sender's choice of p depends on
+  // it, not the format.
+  std::uint8_t search = 1;
+};
+
 template <unsigned Bits = 4>
-struct piecewise {
+struct piecewise : grouped_quantizer<piecewise_config> {
   static_assert(Bits >= 3 && Bits <= 8, "piecewise: Bits must be in [3, 8] (a region bit, a sign bit and a magnitude)");
-  using policy_kind = quantizer_tag;
-  struct config {
-    std::size_t group = 128;  // values per (M, p): a power of two in [1, 4096]
-    rounding round = rounding::nearest;
-    // Breakpoint candidates whose errors are computed and compared, best model scores first
-    // (1: the model's choice; 16: every candidate). Only the sender's choice of p depends on
-    // it, not the format.
-    std::uint8_t search = 1;
-  };
   struct meta {
     float max = 0.0f;       // M = max|x|; sent
     std::uint8_t k = 1;     // p = M * (k / 32); sent
@@ -95,10 +96,8 @@ struct piecewise {
     float inv_sc = 0.0f;    // 1 / (sc * pre), or 0 where sc is 0 or not finite
     float inv_st = 0.0f;    // 1 / (st * pre), likewise
   };
-  using code_type = std::uint8_t;
   static constexpr unsigned bits = Bits;
-  static constexpr std::uint8_t id = 10;
-  static constexpr bool summable = false;
+  static constexpr std::uint8_t id = ids::quantizer::piecewise;
   static constexpr std::size_t meta_bytes = 5;
   static constexpr std::uint32_t region_codes = 1u << (Bits - 1);  // codes per region
   static constexpr std::uint32_t tail_levels = 1u << (Bits - 2);   // T: levels per tail
@@ -113,9 +112,6 @@ struct piecewise {
   static constexpr std::uint16_t format_param(const config& c) {
     return static_cast<std::uint16_t>(group_param(c.group) | Bits);
   }
-  static constexpr bool unbiased(const config& c) { return c.round == rounding::stochastic; }
-  GRADCOMP_HD static bool stochastic(const config& c) { return c.round == rounding::stochastic; }
-  GRADCOMP_HD static std::size_t group_size(const config& c) { return c.group; }
 
   // What decode() reads of the meta of a group with maximum M and breakpoint index k
   // (p = M * (k / 32)): the receiver's load_meta() builds only this (the reciprocals below cost

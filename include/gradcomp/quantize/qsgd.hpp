@@ -35,6 +35,7 @@
 #include "../core/bits.hpp"
 #include "../core/byteio.hpp"
 #include "../core/concepts.hpp"
+#include "../core/ids.hpp"
 #include "../core/reduce.hpp"
 #include "../core/rounding.hpp"
 #include "group.hpp"
@@ -42,16 +43,20 @@
 namespace gradcomp::quantize {
 GRADCOMP_PRECISE_BEGIN
 
+template <unsigned Bits>
+struct qsgd_config {
+  std::size_t group = 512;                   // bucket size: a power of two in [1, 4096]
+  unsigned levels = (1u << (Bits - 1)) - 1;  // s, in [1, 2^(Bits-1) - 1]
+};
+
 template <unsigned Bits = 4>
-struct qsgd {
+struct qsgd : grouped_quantizer<qsgd_config<Bits>> {
   static_assert(Bits >= 2 && Bits <= 8, "qsgd: Bits must be in [2, 8] (a sign bit and at least one level bit)");
-  using policy_kind = quantizer_tag;
+  using base = grouped_quantizer<qsgd_config<Bits>>;  // depends on Bits: the names used below are brought in
+  using typename base::config;
+  using typename base::code_type;
   // Most levels the code holds: 2^(Bits-1) - 1.
   static constexpr unsigned max_levels = (1u << (Bits - 1)) - 1;
-  struct config {
-    std::size_t group = 512;       // bucket size: a power of two in [1, 4096]
-    unsigned levels = max_levels;  // s, in [1, 2^(Bits-1) - 1]
-  };
   struct meta {
     float norm = 0.0f;
     // Not sent: encode computes |x| / norm * s as (|x| * pre) * inv with pre a power of two
@@ -59,10 +64,8 @@ struct qsgd {
     float pre = 1.0f;
     float inv = 0.0f;  // 0 for a zero or non-finite norm
   };
-  using code_type = std::uint8_t;
   static constexpr unsigned bits = Bits;
-  static constexpr std::uint8_t id = 7;
-  static constexpr bool summable = false;
+  static constexpr std::uint8_t id = ids::quantizer::qsgd;
   static constexpr std::size_t meta_bytes = 4;
 
   static status validate(const config& c) {
@@ -74,8 +77,7 @@ struct qsgd {
     return static_cast<std::uint16_t>(group_param(c.group) | (c.levels & 0xfffu));
   }
   static constexpr bool unbiased(const config&) { return true; }
-  GRADCOMP_HD static bool stochastic(const config&) { return true; }
-  GRADCOMP_HD static std::size_t group_size(const config& c) { return c.group; }
+  GRADCOMP_HD static constexpr bool stochastic(const config&) { return true; }
 
   GRADCOMP_HD GRADCOMP_INLINE static meta fit(const config& c, const float* x, std::size_t n) {
     const float amax = max_abs(x, n);

@@ -24,6 +24,7 @@
 #include "../core/bits.hpp"
 #include "../core/byteio.hpp"
 #include "../core/concepts.hpp"
+#include "../core/ids.hpp"
 #include "../core/reduce.hpp"
 #include "group.hpp"
 
@@ -31,25 +32,17 @@
 namespace gradcomp::quantize {
 GRADCOMP_PRECISE_BEGIN
 
-struct sign {
-  using policy_kind = quantizer_tag;
-  struct config {
-    std::size_t group = 128;  // values per scale: a power of two in [1, 4096]
-  };
+struct sign_config {
+  std::size_t group = 128;  // values per scale: a power of two in [1, 4096]
+};
+
+struct sign : grouped_quantizer<sign_config> {
   struct meta {
     float scale = 0.0f;
   };
-  using code_type = std::uint8_t;
   static constexpr unsigned bits = 1;
-  static constexpr std::uint8_t id = 9;
-  static constexpr bool summable = false;
+  static constexpr std::uint8_t id = ids::quantizer::sign;
   static constexpr std::size_t meta_bytes = 4;
-
-  static status validate(const config& c) { return check_group_size(c.group); }
-  static constexpr std::uint16_t format_param(const config& c) { return group_param(c.group); }
-  static constexpr bool unbiased(const config&) { return false; }
-  GRADCOMP_HD static bool stochastic(const config&) { return false; }
-  GRADCOMP_HD static std::size_t group_size(const config& c) { return c.group; }
 
   GRADCOMP_HD GRADCOMP_INLINE static meta fit(const config&, const float* x, std::size_t n) {
     const float count = static_cast<float>(n);  // n <= 4096: exact

@@ -25,6 +25,7 @@
 #include "../core/bits.hpp"
 #include "../core/byteio.hpp"
 #include "../core/concepts.hpp"
+#include "../core/ids.hpp"
 #include "../core/reduce.hpp"
 #include "../core/rounding.hpp"
 #include "group.hpp"
@@ -32,11 +33,11 @@
 namespace gradcomp::quantize {
 GRADCOMP_PRECISE_BEGIN
 
-struct terngrad {
-  using policy_kind = quantizer_tag;
-  struct config {
-    std::size_t group = 128;  // values per scale: a power of two in [1, 4096]
-  };
+struct terngrad_config {
+  std::size_t group = 128;  // values per scale: a power of two in [1, 4096]
+};
+
+struct terngrad : grouped_quantizer<terngrad_config> {
   struct meta {
     float scale = 0.0f;
     // Not sent: encode computes |x| / scale as (|x| * pre) * inv with pre a power of two
@@ -44,17 +45,12 @@ struct terngrad {
     float pre = 1.0f;
     float inv = 0.0f;  // 0 for a zero or non-finite scale
   };
-  using code_type = std::uint8_t;
   static constexpr unsigned bits = 2;
-  static constexpr std::uint8_t id = 8;
-  static constexpr bool summable = false;
+  static constexpr std::uint8_t id = ids::quantizer::terngrad;
   static constexpr std::size_t meta_bytes = 4;
 
-  static status validate(const config& c) { return check_group_size(c.group); }
-  static constexpr std::uint16_t format_param(const config& c) { return group_param(c.group); }
   static constexpr bool unbiased(const config&) { return true; }
-  GRADCOMP_HD static bool stochastic(const config&) { return true; }
-  GRADCOMP_HD static std::size_t group_size(const config& c) { return c.group; }
+  GRADCOMP_HD static constexpr bool stochastic(const config&) { return true; }
 
   // s = max|x| needs no nudge: +-1 * s is s itself, finite whenever the inputs are.
   GRADCOMP_HD GRADCOMP_INLINE static meta fit(const config&, const float* x, std::size_t n) {

@@ -5,13 +5,14 @@
 #include <cstdint>
 
 #include "../core/concepts.hpp"
+#include "../core/ids.hpp"
 
 namespace gradcomp::sparsify {
 
 struct dense {
   using policy_kind = sparsifier_tag;
   struct config {};
-  static constexpr std::uint8_t id = 1;
+  static constexpr std::uint8_t id = ids::sparsifier::dense;
   static constexpr bool is_dense = true;
   static constexpr selection kind = selection::dense;
 

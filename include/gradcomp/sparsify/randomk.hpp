@@ -13,6 +13,7 @@
 #include <cstdint>
 
 #include "../core/concepts.hpp"
+#include "../core/ids.hpp"
 #include "topk.hpp"
 
 namespace gradcomp::sparsify {
@@ -22,7 +23,7 @@ struct randomk {
   struct config {
     double density = 0.01;  // fraction of each chunk's elements to keep, in (0, 1]
   };
-  static constexpr std::uint8_t id = 4;
+  static constexpr std::uint8_t id = ids::sparsifier::randomk;
   static constexpr bool is_dense = false;
   static constexpr selection kind = selection::random;
 

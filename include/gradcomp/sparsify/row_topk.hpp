@@ -11,6 +11,7 @@
 #include <cstdint>
 
 #include "../core/concepts.hpp"
+#include "../core/ids.hpp"
 #include "topk.hpp"
 
 namespace gradcomp::sparsify {
@@ -22,7 +23,7 @@ struct row_topk {
     std::size_t k_per_row = 0;   // values kept per row; 0: ceil(density * cols)
     double density = 0.01;       // used when k_per_row is 0, in (0, 1]
   };
-  static constexpr std::uint8_t id = 5;
+  static constexpr std::uint8_t id = ids::sparsifier::row_topk;
   static constexpr bool is_dense = false;
   static constexpr selection kind = selection::row_topk;
 

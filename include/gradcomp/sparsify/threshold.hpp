@@ -25,6 +25,7 @@
 #include <cstdint>
 
 #include "../core/concepts.hpp"
+#include "../core/ids.hpp"
 #include "topk.hpp"
 
 namespace gradcomp::sparsify {
@@ -45,7 +46,7 @@ struct threshold {
     double table_max = 1.0;
     unsigned steps_per_decade = 23;
   };
-  static constexpr std::uint8_t id = 3;
+  static constexpr std::uint8_t id = ids::sparsifier::threshold;
   static constexpr bool is_dense = false;
   static constexpr selection kind = selection::threshold;
   static constexpr std::size_t min_sample = 256;

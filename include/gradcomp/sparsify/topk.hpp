@@ -10,6 +10,7 @@
 #include <cstdint>
 
 #include "../core/concepts.hpp"
+#include "../core/ids.hpp"
 
 namespace gradcomp::sparsify {
 
@@ -21,7 +22,7 @@ struct topk {
   struct config {
     double density = 0.01;  // fraction of each chunk's elements to keep, in (0, 1]
   };
-  static constexpr std::uint8_t id = 2;
+  static constexpr std::uint8_t id = ids::sparsifier::topk;
   static constexpr bool is_dense = false;
   static constexpr selection kind = selection::exact_topk;
 
