@@ -20,11 +20,13 @@ namespace {
 struct state_box {
   gc::state st;
   std::uint32_t codec_id;
+  std::string codec;  // the Compressor's name, for repr
 };
 
 struct codec_box {
   std::string name;
   std::unique_ptr<codec> impl;
+  std::string given;  // the keyword options as passed, for repr ("density=0.01, ...")
 };
 
 gc::dtype parse_dtype(nb::handle h) {
@@ -32,6 +34,14 @@ gc::dtype parse_dtype(nb::handle h) {
   if (s.ends_with("bfloat16")) return gc::dtype::bf16;
   if (s.ends_with("float32")) return gc::dtype::f32;
   throw nb::type_error("dtype must be float32 or bfloat16");
+}
+
+std::string repr_of(nb::handle h) { return nb::cast<std::string>(nb::repr(h)); }
+
+std::string kwargs_repr(const nb::kwargs& kw) {
+  std::string out;
+  for (auto [k, v] : kw) out += ", " + nb::cast<std::string>(k) + "=" + repr_of(v);
+  return out;
 }
 
 }  // namespace
@@ -60,10 +70,22 @@ nb::dict to_dict(const options& o) {
 }  // namespace gradcomp_py
 
 NB_MODULE(_core, m) {
-  m.doc() = "gradcomp: gradient compression (bindings of the header-only C++ library)";
+  m.doc() =
+      "gradcomp's codecs on CPU arrays (bindings of the header-only C++ library).\n\n"
+      "Arrays are torch tensors or any other DLPack / buffer-protocol array (NumPy), used in place, never "
+      "copied; they must be C-contiguous and on the CPU. gradcomp failures raise gradcomp.Error; arguments of "
+      "the wrong type raise TypeError, wrong layouts ValueError.";
 
-  static nb::object error_type =
-      nb::steal(PyErr_NewException("gradcomp.Error", PyExc_RuntimeError, nullptr));
+  static nb::object error_type = nb::steal(PyErr_NewExceptionWithDoc(
+      "gradcomp.Error",
+      "A gradcomp call failed: a frame, checkpoint or buffer failed the library's checks, or an option is invalid.\n\n"
+      "Attributes:\n"
+      "    code (str): the library's error code: \"invalid_argument\", \"buffer_too_small\", \"size_mismatch\",\n"
+      "        \"truncated\", \"bad_magic\", \"unsupported_version\", \"bad_header\", \"codec_mismatch\",\n"
+      "        \"checksum_mismatch\", \"count_too_large\", \"index_out_of_range\", \"index_not_ascending\",\n"
+      "        \"non_finite_value\", \"device_error\" or \"bad_meta\".\n\n"
+      "Decoding and restoring calls that raise it leave their outputs as they were.",
+      PyExc_RuntimeError, nullptr));
   m.attr("Error") = error_type;
   nb::register_exception_translator([](const std::exception_ptr& p, void*) {
     try {
@@ -79,40 +101,93 @@ NB_MODULE(_core, m) {
     nb::dict d;
     for (const entry& e : registry()) d[e.name.c_str()] = e.description;
     return d;
-  }, "Names of the codecs and what each is.");
+  }, nb::sig("def codecs() -> dict[str, str]"),
+     "The codecs :class:`Compressor` accepts.\n\n"
+     "Returns:\n"
+     "    dict[str, str]: codec name -> what it is (e.g. ``\"topk\"``, ``\"int8\"``, ``\"bf16\"``).");
 
-  nb::class_<state_box>(m, "State", "Per-buffer state: step, error-feedback residual, thresholds.")
-      .def_prop_ro("size", [](const state_box& s) { return s.st.size; })
-      .def_prop_rw("step", [](const state_box& s) { return s.st.step; }, [](state_box& s, std::uint64_t v) { s.st.step = v; })
+  nb::class_<state_box>(m, "State",
+      "One buffer's state for a :class:`Compressor`: step, error-feedback residual, thresholds.\n\n"
+      "Made by :meth:`Compressor.make_state` for a buffer of a fixed size; pass it to every "
+      ":meth:`Compressor.compress` of that buffer. Its arrays live in C++ and are exposed as NumPy views "
+      "(``torch.from_dlpack(state.residual)`` shares them too).")
+      .def_prop_ro("size", [](const state_box& s) { return s.st.size; }, "Elements of the buffer the state serves.")
+      .def_prop_rw("step", [](const state_box& s) { return s.st.step; }, [](state_box& s, std::uint64_t v) { s.st.step = v; },
+                   "Gradient buffers compressed with this state (settable).")
       .def_prop_ro("residual", [](state_box& s) { return float_view(s.st.residual); }, nb::rv_policy::reference_internal,
-                   "The residual as a NumPy view (no copy; empty without error feedback).")
-      .def_prop_ro("thresholds", [](state_box& s) { return float_view(s.st.thresholds); }, nb::rv_policy::reference_internal)
+                   "The error-feedback residual, a float32 NumPy view of ``size`` elements (no copy; empty without "
+                   "error feedback).")
+      .def_prop_ro("thresholds", [](state_box& s) { return float_view(s.st.thresholds); }, nb::rv_policy::reference_internal,
+                   "Threshold codecs: each chunk's last selection threshold (0: none yet), a float32 NumPy view; empty "
+                   "for other codecs.")
       .def("checkpoint", [](const state_box& s) {
         std::string bytes(gc::checkpoint_bytes(s.st), '\0');
         const auto r = gc::save_checkpoint(s.st, s.codec_id, std::as_writable_bytes(std::span(bytes)));
         if (!r) raise(r.error());
         return nb::bytes(bytes.data(), bytes.size());
-      }, "The state as a self-checking byte image (residual, momentum, thresholds, step).")
+      }, "The state as a self-checking byte image.\n\n"
+         "Returns:\n"
+         "    bytes: residual, momentum, thresholds and step, with the codec's identifier and a CRC32C.")
       .def("restore", [](state_box& s, nb::bytes b) {
         check(gc::load_checkpoint({static_cast<const std::byte*>(b.data()), b.size()}, s.codec_id, s.st));
-      }, "Restores checkpoint() bytes; the state is unchanged on error.");
+      }, nb::arg("data"),
+         "Restores :meth:`checkpoint` bytes into this state.\n\n"
+         "Args:\n"
+         "    data (bytes): a checkpoint of a state of the same codec and size.\n\n"
+         "Raises:\n"
+         "    gradcomp.Error: corrupted bytes (``checksum_mismatch``, ``truncated``, ...), another codec\n"
+         "        (``codec_mismatch``) or another size; the state is unchanged then.")
+      .def("__repr__", [](const state_box& s) {
+        return "gradcomp.State(codec='" + s.codec + "', size=" + std::to_string(s.st.size) + ", step=" +
+               std::to_string(s.st.step) + ", residual=" + std::to_string(s.st.residual.size()) +
+               ", thresholds=" + std::to_string(s.st.thresholds.size()) + ")";
+      });
 
-  nb::class_<codec_box>(m, "Compressor", "A gradcomp compressor chosen by name, configured by keyword options.")
+  nb::class_<codec_box>(m, "Compressor",
+      "A gradcomp compressor chosen by name, configured by keyword options.\n\n"
+      "Args:\n"
+      "    name (str): a codec from :func:`codecs` (``\"topk\"``, ``\"int8\"``, ``\"bf16\"``, ...).\n"
+      "    **options: the codec's options, e.g. ``density`` (sparsifiers), ``group`` (values per scale),\n"
+      "        ``error_feedback`` (bool), ``rounding`` (``\"nearest\"`` / ``\"stochastic\"``), ``levels``,\n"
+      "        ``estimate`` (``\"dgc\"`` / ``\"tagc\"``), ``sample_fraction``, ``chunk_bytes``, ``feedback_scale``,\n"
+      "        ``seed``, ``allow_non_finite``, ``compact_indices``; :attr:`options` lists the codec's own.\n\n"
+      "Raises:\n"
+      "    gradcomp.Error: an unknown codec or option, or an invalid value (``code == \"invalid_argument\"``).\n\n"
+      "Example::\n\n"
+      "    >>> c = gradcomp.Compressor(\"topk\", density=0.01)\n"
+      "    >>> st = c.make_state(g.numel())\n"
+      "    >>> out = torch.empty(c.max_payload_bytes(g.numel()), dtype=torch.uint8)\n"
+      "    >>> frames = out[:c.compress(g, st, out)]\n"
+      "    >>> s = torch.zeros_like(g); c.accumulate(frames, s)")
       .def("__init__", [](codec_box* self, const std::string& name, nb::kwargs kw) {
-        new (self) codec_box{name, make_codec(name, to_options(kw))};
-      }, nb::arg("name"), nb::arg("kwargs"))
-      .def_prop_ro("name", [](const codec_box& c) { return c.name; })
-      .def_prop_ro("codec_id", [](const codec_box& c) { return c.impl->codec_id(); })
+        new (self) codec_box{name, make_codec(name, to_options(kw)), kwargs_repr(kw)};
+      }, nb::arg("name"), nb::arg("options"))
+      .def_prop_ro("name", [](const codec_box& c) { return c.name; }, "The codec's name.")
+      .def_prop_ro("codec_id", [](const codec_box& c) { return c.impl->codec_id(); },
+                   "The 32-bit identifier in every frame header and checkpoint (the policies and their configuration).")
       .def_prop_ro("summable", [](const codec_box& c) { return c.impl->summable(); },
-                   "True for plain casts, whose codes a transport may add (all-reduce).")
-      .def_prop_ro("wire_bits", [](const codec_box& c) { return c.impl->wire_bits(); })
-      .def_prop_ro("error_feedback", [](const codec_box& c) { return c.impl->error_feedback(); })
-      .def_prop_ro("options", [](const codec_box& c) { return to_dict(c.impl->effective_options()); })
+                   "True for plain casts (fp32, bf16, fp16), whose codes a transport may add (all-reduce).")
+      .def_prop_ro("wire_bits", [](const codec_box& c) { return c.impl->wire_bits(); }, "Bits of one quantized value.")
+      .def_prop_ro("error_feedback", [](const codec_box& c) { return c.impl->error_feedback(); },
+                   "True when states carry an error-feedback residual.")
+      .def_prop_ro("options", [](const codec_box& c) { return to_dict(c.impl->effective_options()); },
+                   "Every option of the codec with its effective value (defaults included).")
       .def("max_payload_bytes", [](const codec_box& c, std::size_t n, nb::handle dtype) {
         return c.impl->max_payload_bytes(n, dtype.is_none() ? gc::dtype::f32 : parse_dtype(dtype));
-      }, nb::arg("n"), nb::arg("dtype") = nb::none())
-      .def("make_state", [](const codec_box& c, std::size_t n) { return state_box{c.impl->make_state(n), c.impl->codec_id()}; },
-           nb::arg("n"))
+      }, nb::arg("n"), nb::arg("dtype") = nb::none(),
+         nb::sig("def max_payload_bytes(self, n: int, dtype: torch.dtype | None = None) -> int"),
+         "The most bytes :meth:`compress` writes for ``n`` elements.\n\n"
+         "Args:\n"
+         "    n (int): gradient elements.\n"
+         "    dtype (torch.dtype, optional): ``torch.float32`` (default) or ``torch.bfloat16``.\n\n"
+         "Returns:\n"
+         "    int: the size ``out`` needs.")
+      .def("make_state", [](const codec_box& c, std::size_t n) {
+        return state_box{c.impl->make_state(n), c.impl->codec_id(), c.name};
+      }, nb::arg("n"),
+         "A fresh state for a buffer of ``n`` elements.\n\n"
+         "Returns:\n"
+         "    State: step 0, zero residual.")
       .def("compress", [](const codec_box& c, in_array grad, state_box& st, out_array out) {
         check_cpu_contiguous(grad, "grad");
         const gc::dtype t = grad_dtype(grad, "grad");
@@ -120,14 +195,35 @@ NB_MODULE(_core, m) {
         nb::gil_scoped_release unlocked;
         return c.impl->compress(grad.data(), grad.size(), t, st.st, o);
       }, nb::arg("grad").noconvert(), nb::arg("state"), nb::arg("out").noconvert(),
-         "Compresses grad into out (uint8, >= max_payload_bytes); returns the bytes written.")
+         nb::sig("def compress(self, grad: torch.Tensor, state: State, out: torch.Tensor) -> int"),
+         "Compresses ``grad`` into ``out``.\n\n"
+         "Args:\n"
+         "    grad (torch.Tensor): float32 or bfloat16 gradient (read only).\n"
+         "    state (State): the buffer's state (step, residual and thresholds are updated).\n"
+         "    out (torch.Tensor): uint8, at least :meth:`max_payload_bytes` long; the frames are written\n"
+         "        at its start.\n\n"
+         "Returns:\n"
+         "    int: the bytes written (the frames are ``out[:n]``).\n\n"
+         "Raises:\n"
+         "    TypeError: ``grad`` is not float32 / bfloat16, or ``out`` is not a byte array.\n"
+         "    ValueError: an array is not contiguous or not on the CPU.\n"
+         "    gradcomp.Error: ``out`` too small (``buffer_too_small``), a state of another size, non-finite\n"
+         "        values (unless ``allow_non_finite``).")
       .def("decompress", [](const codec_box& c, in_array payload, out_array out) {
         check_cpu_contiguous(out, "out");
         const gc::dtype t = grad_dtype(out, "out");
         const auto p = byte_view(payload, "payload");
         nb::gil_scoped_release unlocked;
         c.impl->decode(p, const_cast<void*>(out.data()), out.size(), t, false);
-      }, nb::arg("payload").noconvert(), nb::arg("out").noconvert())
+      }, nb::arg("payload").noconvert(), nb::arg("out").noconvert(),
+         nb::sig("def decompress(self, payload: torch.Tensor, out: torch.Tensor) -> None"),
+         "Decodes frames into ``out`` (overwritten; elements no frame carries become 0).\n\n"
+         "Args:\n"
+         "    payload (torch.Tensor): uint8 frames, as :meth:`compress` wrote them.\n"
+         "    out (torch.Tensor): float32 or bfloat16, the compressed buffer's size.\n\n"
+         "Raises:\n"
+         "    gradcomp.Error: a frame failed validation (``checksum_mismatch``, ``codec_mismatch``,\n"
+         "        ``truncated``, ...); ``out`` is untouched then.")
       .def("accumulate", [](const codec_box& c, in_array payload, out_array out) {
         check_cpu_contiguous(out, "out");
         const gc::dtype t = grad_dtype(out, "out");
@@ -135,7 +231,14 @@ NB_MODULE(_core, m) {
         nb::gil_scoped_release unlocked;
         c.impl->decode(p, const_cast<void*>(out.data()), out.size(), t, true);
       }, nb::arg("payload").noconvert(), nb::arg("out").noconvert(),
-         "out += the decoded frames; every frame is validated first (out untouched on error).")
+         nb::sig("def accumulate(self, payload: torch.Tensor, out: torch.Tensor) -> None"),
+         "Adds the decoded frames to ``out`` (``out += decode(payload)``).\n\n"
+         "Every frame is validated before anything is added.\n\n"
+         "Args:\n"
+         "    payload (torch.Tensor): uint8 frames, as :meth:`compress` wrote them.\n"
+         "    out (torch.Tensor): float32 or bfloat16, the compressed buffer's size.\n\n"
+         "Raises:\n"
+         "    gradcomp.Error: a frame failed validation; ``out`` is untouched then.")
       .def("encode_cast", [](const codec_box& c, in_array src, out_array codes, float scale) {
         check_cpu_contiguous(src, "src");
         check_cpu_contiguous(codes, "codes");
@@ -145,7 +248,14 @@ NB_MODULE(_core, m) {
         nb::gil_scoped_release unlocked;
         c.impl->encode_cast(static_cast<const float*>(src.data()), const_cast<void*>(codes.data()), src.size(), scale);
       }, nb::arg("src").noconvert(), nb::arg("codes").noconvert(), nb::arg("scale") = 1.0f,
-         "Summable casts: codes = cast(src * scale), with the library's conversion.")
+         nb::sig("def encode_cast(self, src: torch.Tensor, codes: torch.Tensor, scale: float = 1.0) -> None"),
+         "Summable casts: ``codes = cast(src * scale)`` with the library's conversion (round to nearest even).\n\n"
+         "Args:\n"
+         "    src (torch.Tensor): float32 values.\n"
+         "    codes (torch.Tensor): one element of the wire type per value (float32, bfloat16 or float16).\n"
+         "    scale (float): multiplies every value first (default 1.0).\n\n"
+         "Raises:\n"
+         "    gradcomp.Error: the codec is not a summable cast.")
       .def("decode_cast", [](const codec_box& c, in_array codes, out_array dst, bool add) {
         check_cpu_contiguous(codes, "codes");
         check_cpu_contiguous(dst, "dst");
@@ -155,7 +265,20 @@ NB_MODULE(_core, m) {
         nb::gil_scoped_release unlocked;
         c.impl->decode_cast(codes.data(), const_cast<float*>(static_cast<const float*>(dst.data())), dst.size(), add);
       }, nb::arg("codes").noconvert(), nb::arg("dst").noconvert(), nb::arg("add") = false,
-         "Summable casts: dst = decode(codes), or dst += decode(codes).");
+         nb::sig("def decode_cast(self, codes: torch.Tensor, dst: torch.Tensor, add: bool = False) -> None"),
+         "Summable casts: ``dst = decode(codes)``, or ``dst += decode(codes)`` with ``add=True``.\n\n"
+         "Args:\n"
+         "    codes (torch.Tensor): codes of the wire type (e.g. an all-reduced sum).\n"
+         "    dst (torch.Tensor): float32, one value per code.\n"
+         "    add (bool): add instead of overwriting (default False).\n\n"
+         "Raises:\n"
+         "    gradcomp.Error: the codec is not a summable cast.")
+      .def("__repr__", [](const codec_box& c) {
+        std::string r = "gradcomp.Compressor('" + c.name + "'" + c.given;
+        if (c.given.find("error_feedback=") == std::string::npos)
+          r += std::string(", error_feedback=") + (c.impl->error_feedback() ? "True" : "False");
+        return r + ")";
+      });
 
   bind_summable(m);
 }

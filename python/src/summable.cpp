@@ -37,6 +37,7 @@ struct phase_state {
 struct phase_codec {
   any_codec c;
   std::string identity;
+  std::string label;  // repr: how it was made and its key configuration
 };
 
 template <class S>
@@ -146,49 +147,93 @@ const gc::tagc::codec& tagc_of(const phase_codec& pc) {
 
 phase_codec make_tagc(const std::string& preset, const nb::kwargs& kw) {
   const gc::tagc::codec c(tagc_config(preset, to_options(kw)));
-  return {c, "tagc:" + std::to_string(c.codec_id()) + ":" + std::to_string(gc::tagc::select_fingerprint(c.get_config()))};
+  const nb::dict cfg = to_dict(tagc_options(c.get_config()));
+  std::string label = "gradcomp.Tagc('" + preset + "'";
+  for (const char* key : {"density", "sizing", "block", "bitmap", "cells"})
+    label += std::string(", ") + key + "=" + nb::cast<std::string>(nb::repr(cfg[key]));
+  return {c, "tagc:" + std::to_string(c.codec_id()) + ":" + std::to_string(gc::tagc::select_fingerprint(c.get_config())),
+          label + ")"};
 }
 
 phase_codec make_cast(const std::string& wire, bool feedback) {
-  if (wire == "fp32" || wire == "float32") return {cast_f32({.feedback = feedback}), "cast:fp32:" + std::to_string(feedback)};
-  if (wire == "bf16" || wire == "bfloat16") return {cast_bf16({.feedback = feedback}), "cast:bf16:" + std::to_string(feedback)};
-  if (wire == "fp16" || wire == "float16") return {cast_f16({.feedback = feedback}), "cast:fp16:" + std::to_string(feedback)};
+  const std::string fb = std::to_string(feedback);
+  const auto label = [&](const char* w) {
+    return std::string("gradcomp.SummableCast('") + w + "', feedback=" + (feedback ? "True" : "False") + ")";
+  };
+  if (wire == "fp32" || wire == "float32") return {cast_f32({.feedback = feedback}), "cast:fp32:" + fb, label("fp32")};
+  if (wire == "bf16" || wire == "bfloat16") return {cast_bf16({.feedback = feedback}), "cast:bf16:" + fb, label("bf16")};
+  if (wire == "fp16" || wire == "float16") return {cast_f16({.feedback = feedback}), "cast:fp16:" + fb, label("fp16")};
   bad_option("wire", "must be 'fp32', 'bf16' or 'fp16'");
 }
 
 }  // namespace
 
 void bind_summable(nb::module_& m) {
-  nb::class_<phase_state>(m, "PhaseState", "One rank's state of a summable codec (residual, thresholds, step).")
-      .def_prop_ro("size", [](const phase_state& s) { return std::visit([](const auto& x) { return x.size; }, s.st); })
-      .def_prop_ro("world", [](const phase_state& s) { return std::visit([](const auto& x) { return x.world; }, s.st); })
-      .def_prop_ro("rank", [](const phase_state& s) { return std::visit([](const auto& x) { return x.rank; }, s.st); })
-      .def_prop_ro("step", [](const phase_state& s) { return std::visit([](const auto& x) { return x.step; }, s.st); })
+  nb::class_<phase_state>(m, "PhaseState",
+      "One rank's state of a :class:`PhaseCodec`: residual, thresholds, step.\n\n"
+      "Made by :meth:`PhaseCodec.make_state` for a buffer of a fixed size, world size and rank; only the codec\n"
+      "(and configuration) that made it accepts it. Arrays are NumPy views of the C++ state (no copies).")
+      .def_prop_ro("size", [](const phase_state& s) { return std::visit([](const auto& x) { return x.size; }, s.st); },
+                   "Elements of the buffer the state serves.")
+      .def_prop_ro("world", [](const phase_state& s) { return std::visit([](const auto& x) { return x.world; }, s.st); },
+                   "The world size (ranks summing their buffers).")
+      .def_prop_ro("rank", [](const phase_state& s) { return std::visit([](const auto& x) { return x.rank; }, s.st); },
+                   "This rank (its shard of a shardable phase).")
+      .def_prop_ro("step", [](const phase_state& s) { return std::visit([](const auto& x) { return x.step; }, s.st); },
+                   "Steps finished (:meth:`PhaseCodec.finish_step` calls).")
       .def_prop_ro("residual", [](phase_state& s) { return std::visit([](auto& x) { return float_view(x.residual); }, s.st); },
-                   nb::rv_policy::reference_internal, "The error-feedback residual as a NumPy view (no copy).")
+                   nb::rv_policy::reference_internal,
+                   "The error-feedback residual, a float32 NumPy view of ``size`` elements (no copy; empty without "
+                   "feedback).")
       .def_prop_ro("thresholds", [](phase_state& s) {
         static std::vector<float> none;
         auto* t = std::get_if<gc::tagc::state>(&s.st);
         return float_view(t ? t->thresholds : none);
-      }, nb::rv_policy::reference_internal, "TAGC: each shard's last |x| threshold (a view).")
+      }, nb::rv_policy::reference_internal, "TAGC: each shard's last ``|x|`` selection threshold (a view); empty for casts.")
       .def_prop_ro("rows", [](const phase_state& s) {
         const auto* t = std::get_if<gc::tagc::state>(&s.st);
         return t ? t->rows : 0u;
-      }, "TAGC: sketch blocks per shard of this step (after receive(0)).")
+      }, "TAGC: sketch blocks per shard of this step (known after ``receive(0, ...)``); 0 for casts.")
       .def_prop_ro("stats", [](const phase_state& s) {
         const auto* t = std::get_if<gc::tagc::state>(&s.st);
         return t ? std::make_tuple(t->stats.items, t->stats.peeled, t->stats.rounds) : std::make_tuple(0u, 0u, 0u);
-      }, "TAGC: (items, peeled, rounds) of the last receive(1).");
+      }, "TAGC: ``(items, peeled, rounds)`` of the last ``receive(1, ...)``: union items in this rank's part, how "
+         "many peeled, peeling rounds; zeros for casts.")
+      .def("__repr__", [](const phase_state& s) {
+        return std::visit([&](const auto& x) {
+          const auto kind = s.owner.substr(0, s.owner.find(':', s.owner.starts_with("cast:") ? 5 : 0));
+          std::string r = "gradcomp.PhaseState(codec='" + kind + "', size=" + std::to_string(x.size) + ", world=" +
+                          std::to_string(x.world) + ", rank=" + std::to_string(x.rank) + ", step=" + std::to_string(x.step);
+          if (const auto* t = std::get_if<gc::tagc::state>(&s.st)) r += ", rows=" + std::to_string(t->rows);
+          return r + ")";
+        }, s.st);
+      });
 
-  nb::class_<phase_codec>(m, "PhaseCodec", "A summable codec: its buffers may be reduced element-wise by the transport, in phases.")
+  nb::class_<phase_codec>(m, "PhaseCodec",
+      "A summable codec: its buffers may be reduced element-wise by the transport, in phases.\n\n"
+      "Made by :func:`Tagc` or :func:`SummableCast`. A step runs, for each phase ``k`` in\n"
+      "``range(phase_count)``: :meth:`describe` (type, reduction, count), :meth:`encode` into a buffer of\n"
+      "that type, the transport's reduction (``all_reduce``, or ``reduce_scatter_tensor`` for a\n"
+      "shardable phase), :meth:`receive` of the reduced buffer; then :meth:`finish_step`. Phase buffers:\n"
+      "int32 for ``\"u32\"`` words, bfloat16 / float32 / float16 for cells.\n\n"
+      "Example::\n\n"
+      "    >>> codec = gradcomp.Tagc()\n"
+      "    >>> st = codec.make_state(g.numel(), world, rank)\n"
+      "    >>> bits = torch.empty(codec.describe(0, st)[\"count\"], dtype=torch.int32)\n"
+      "    >>> codec.encode(0, g, st, bits); dist.all_reduce(bits, op=dist.ReduceOp.BOR)\n"
+      "    >>> codec.receive(0, st, bits)\n"
+      "    >>> cells = torch.empty(codec.describe(1, st)[\"count\"], dtype=torch.bfloat16)\n"
+      "    >>> codec.encode(1, g, st, cells); dist.all_reduce(cells)\n"
+      "    >>> codec.receive(1, st, cells, out); codec.finish_step(st)")
       .def_prop_ro("phase_count", [](const phase_codec& pc) {
         return std::visit([](const auto& c) { return c.phase_count(); }, pc.c);
-      })
-      .def_prop_ro("identity", [](const phase_codec& pc) { return pc.identity; })
+      }, "Phases per step (TAGC: 2, bitmap and sketch; casts: 1).")
+      .def_prop_ro("identity", [](const phase_codec& pc) { return pc.identity; },
+                   "The codec and configuration as a string; states and checkpoints carry it.")
       .def_prop_ro("config", [](const phase_codec& pc) {
         if (const auto* t = std::get_if<gc::tagc::codec>(&pc.c)) return to_dict(tagc_options(t->get_config()));
         return nb::dict();
-      })
+      }, "TAGC: every option with its effective value (as :func:`Tagc` takes them); empty for casts.")
       .def("make_state", [](const phase_codec& pc, std::size_t n, std::uint32_t world, std::uint32_t rank) {
         return std::visit([&](const auto& c) {
           using C = std::remove_cvref_t<decltype(c)>;
@@ -201,14 +246,34 @@ void bind_summable(nb::module_& m) {
             return phase_state{c.make_state(n, world, rank), pc.identity};
           }
         }, pc.c);
-      }, nb::arg("n"), nb::arg("world"), nb::arg("rank"))
+      }, nb::arg("n"), nb::arg("world"), nb::arg("rank"),
+         "A fresh state of one rank.\n\n"
+         "Args:\n"
+         "    n (int): buffer elements (the same on every rank).\n"
+         "    world (int): ranks that reduce their buffers.\n"
+         "    rank (int): this rank, ``0 <= rank < world``.\n\n"
+         "Returns:\n"
+         "    PhaseState: step 0, zero residual.\n\n"
+         "Raises:\n"
+         "    gradcomp.Error: ``world == 0`` or ``rank >= world``.")
       .def("describe", [](const phase_codec& pc, std::size_t k, phase_state& ps) { return describe_dict(describe(pc, k, ps)); },
            nb::arg("k"), nb::arg("state"),
-           "Phase k: name, type ('u32', 'f32', 'bf16', 'f16'), op ('sum', 'max', 'bor'), count, bytes, shardable, shard_count.")
+           "Phase ``k`` of this step.\n\n"
+           "Args:\n"
+           "    k (int): the phase, ``0 <= k < phase_count``.\n"
+           "    state (PhaseState): this rank's state.\n\n"
+           "Returns:\n"
+           "    dict: ``name``; ``type`` (``\"u32\"``, ``\"f32\"``, ``\"bf16\"``, ``\"f16\"``); ``op`` (``\"sum\"``,\n"
+           "    ``\"max\"``, ``\"bor\"``); ``count`` (elements of the buffer); ``bytes``; ``shardable`` (a\n"
+           "    reduce-scatter is enough); ``shard_count`` (elements of one rank's shard); ``world``;\n"
+           "    ``headroom_bits``.\n\n"
+           "Raises:\n"
+           "    gradcomp.Error: a phase whose size is not known yet (TAGC's sketch before ``receive(0)``:\n"
+           "        ``invalid_argument``), or a state of another codec (``codec_mismatch``).")
       .def("max_phase_bytes", [](const phase_codec& pc, phase_state& ps) {
         if (const auto* t = std::get_if<gc::tagc::codec>(&pc.c)) return t->max_phase_bytes(state_of<gc::tagc::state>(pc, ps));
         return describe(pc, 0, ps).bytes();
-      }, nb::arg("state"))
+      }, nb::arg("state"), "The largest phase buffer of any step, in bytes (for buffers allocated once).")
       .def("encode", [](const phase_codec& pc, std::size_t k, in_array grad, phase_state& ps, out_array out) {
         const auto g = float_span(grad, "grad");
         const gc::summable::phase p = describe(pc, k, ps);
@@ -219,7 +284,17 @@ void bind_summable(nb::module_& m) {
           check(c.encode(k, g, state_of<typename C::state_type>(pc, ps), o));
         }, pc.c);
       }, nb::arg("k"), nb::arg("grad").noconvert(), nb::arg("state"), nb::arg("out").noconvert(),
-         "Fills out (describe(k).count elements of the phase's type) with phase k of grad (float32).")
+         nb::sig("def encode(self, k: int, grad: torch.Tensor, state: PhaseState, out: torch.Tensor) -> None"),
+         "Fills ``out`` with phase ``k`` of ``grad``.\n\n"
+         "Args:\n"
+         "    k (int): the phase.\n"
+         "    grad (torch.Tensor): float32, ``state.size`` elements (read only).\n"
+         "    state (PhaseState): this rank's state.\n"
+         "    out (torch.Tensor): ``describe(k, state)[\"count\"]`` elements of the phase's type (int32 for\n"
+         "        ``\"u32\"``, bfloat16 / float32 / float16 cells).\n\n"
+         "Raises:\n"
+         "    TypeError: a dtype that does not match the phase's type.\n"
+         "    gradcomp.Error: a wrong size (``size_mismatch``), a call out of order, a state of another codec.")
       .def("receive", [](const phase_codec& pc, std::size_t k, phase_state& ps, in_array reduced, nb::handle out) {
         const gc::summable::phase p = describe(pc, k, ps);
         const auto in = phase_bytes(reduced, "reduced", p.element_bytes());
@@ -231,14 +306,23 @@ void bind_summable(nb::module_& m) {
           check(c.receive(k, state_of<typename C::state_type>(pc, ps), in, o));
         }, pc.c);
       }, nb::arg("k"), nb::arg("state"), nb::arg("reduced").noconvert(), nb::arg("out").none() = nb::none(),
-         "Phase k's reduced buffer (whole, or this rank's shard of a shardable phase); the last phase decodes into out "
-         "(float32: n values, or the shard's). Everything is checked before anything is written.")
+         nb::sig("def receive(self, k: int, state: PhaseState, reduced: torch.Tensor, out: torch.Tensor | None = None) -> None"),
+         "Takes phase ``k``'s reduced buffer; the last phase decodes into ``out``.\n\n"
+         "Everything is checked before anything is written.\n\n"
+         "Args:\n"
+         "    k (int): the phase.\n"
+         "    state (PhaseState): this rank's state.\n"
+         "    reduced (torch.Tensor): the whole reduced buffer, or this rank's shard of a shardable phase.\n"
+         "    out (torch.Tensor, optional): float32; the last phase writes the decoded sum there (``n``\n"
+         "        values, or the shard's values when ``reduced`` is the shard).\n\n"
+         "Raises:\n"
+         "    gradcomp.Error: a wrong size, a call out of order, a state of another codec.")
       .def("finish_step", [](const phase_codec& pc, phase_state& ps) {
         std::visit([&](const auto& c) {
           using C = std::remove_cvref_t<decltype(c)>;
           c.finish_step(state_of<typename C::state_type>(pc, ps));
         }, pc.c);
-      }, nb::arg("state"))
+      }, nb::arg("state"), "Ends the step (advances ``state.step``); call it after the last :meth:`receive`.")
       .def("checkpoint", [](const phase_codec& pc, phase_state& ps) {
         const auto& c = tagc_of(pc);
         const auto& st = state_of<gc::tagc::state>(pc, ps);
@@ -246,27 +330,58 @@ void bind_summable(nb::module_& m) {
         const auto r = gc::tagc::save_checkpoint(c, st, std::as_writable_bytes(std::span(bytes)));
         if (!r) raise(r.error());
         return nb::bytes(bytes.data(), bytes.size());
-      }, nb::arg("state"), "TAGC: the state's checkpoint bytes (residual, thresholds, step, key; CRC32C).")
+      }, nb::arg("state"),
+         "TAGC: the state's checkpoint.\n\n"
+         "Returns:\n"
+         "    bytes: residual, thresholds, step and sampling key, with the configuration's identity and a CRC32C.\n\n"
+         "Raises:\n"
+         "    gradcomp.Error: a summable cast (casts keep no state across steps).")
       .def("load_checkpoint", [](const phase_codec& pc, phase_state& ps, nb::bytes b) {
         const auto& c = tagc_of(pc);
         check(gc::tagc::load_checkpoint(c, {static_cast<const std::byte*>(b.data()), b.size()}, state_of<gc::tagc::state>(pc, ps)));
-      }, nb::arg("state"), nb::arg("data"), "TAGC: restores a checkpoint of the same world size and rank (state unchanged on error).")
+      }, nb::arg("state"), nb::arg("data"),
+         "TAGC: restores :meth:`checkpoint` bytes of the same world size and rank into ``state``.\n\n"
+         "Raises:\n"
+         "    gradcomp.Error: corrupted bytes (``checksum_mismatch``, ...), another configuration, world size\n"
+         "        or rank; the state is unchanged then.")
       .def("restore_elastic", [](const phase_codec& pc, phase_state& ps, const std::vector<nb::bytes>& saved) {
         const auto& c = tagc_of(pc);
         std::vector<std::span<const std::byte>> views;
         for (const nb::bytes& b : saved) views.emplace_back(static_cast<const std::byte*>(b.data()), b.size());
         check(gc::tagc::restore_elastic(c, views, state_of<gc::tagc::state>(pc, ps)));
       }, nb::arg("state"), nb::arg("saved"),
-         "TAGC: restores this rank from the checkpoints of every rank of a run of any world size (the residuals' sum "
-         "is kept, re-sliced by the new shards).");
+         "TAGC: restores this rank from the checkpoints of every rank of a run of any world size.\n\n"
+         "The residuals' sum over the saved ranks is kept, re-sliced by the new shards: ``state`` holds its\n"
+         "shard of the sum and zeros elsewhere.\n\n"
+         "Args:\n"
+         "    state (PhaseState): a fresh state of this rank in the new world.\n"
+         "    saved (Sequence[bytes]): :meth:`checkpoint` of every saved rank, in rank order.\n\n"
+         "Raises:\n"
+         "    gradcomp.Error: a corrupted or missing checkpoint, another configuration.")
+      .def("__repr__", [](const phase_codec& pc) { return pc.label; });
 
   m.def("Tagc", [](const std::string& preset, nb::kwargs kw) { return make_tagc(preset, kw); }, nb::arg("preset") = "default",
-        nb::arg("kwargs"),
-        "TAGC-2 (docs/tagc.md). preset: 'default' (adaptive sketch), 'tagc2' (ratio 10) or 'v1'. Options: density, "
-        "estimate, sample_fraction, min_ratio, max_ratio, max_tries, block, sizing ('ratio', 'adaptive'), ratio, "
-        "cells_per_item, cells ('bf16', 'fp32'), bitmap ('or', 'sum_safe'), max_rounds, seed.");
+        nb::arg("config"),
+        "TAGC-2: a :class:`PhaseCodec` with two phases, a bitmap of kept positions and a count sketch.\n\n"
+        "Args:\n"
+        "    preset (str): ``\"default\"`` (adaptive sketch), ``\"tagc2\"`` (ratio 10) or ``\"v1\"``.\n"
+        "    **config: ``density``, ``estimate`` (``\"dgc\"``, ``\"tagc\"``), ``sample_fraction``, ``min_ratio``,\n"
+        "        ``max_ratio``, ``max_tries``, ``block``, ``sizing`` (``\"ratio\"``, ``\"adaptive\"``), ``ratio``,\n"
+        "        ``cells_per_item``, ``cells`` (``\"bf16\"``, ``\"fp32\"``), ``bitmap`` (``\"or\"``, ``\"sum_safe\"``),\n"
+        "        ``max_rounds``, ``seed``; :attr:`PhaseCodec.config` gives them back.\n\n"
+        "Returns:\n"
+        "    PhaseCodec: the codec.\n\n"
+        "Raises:\n"
+        "    gradcomp.Error: an unknown preset or option, or an invalid configuration.");
   m.def("SummableCast", &make_cast, nb::arg("wire") = "bf16", nb::arg("feedback") = true,
-        "A summable cast (fp32, bf16 or fp16 values summed by the transport), optionally with error feedback.");
+        "A summable cast: values cast to ``wire`` and summed by the transport, in one phase.\n\n"
+        "Args:\n"
+        "    wire (str): ``\"fp32\"``, ``\"bf16\"`` (default) or ``\"fp16\"``.\n"
+        "    feedback (bool): keep the cast's rounding error as a residual for the next step (default True).\n\n"
+        "Returns:\n"
+        "    PhaseCodec: the codec.\n\n"
+        "Raises:\n"
+        "    gradcomp.Error: an unknown wire type.");
 }
 
 }  // namespace gradcomp_py
