@@ -1,28 +1,45 @@
 """gradcomp: gradient compression for distributed training.
 
-Compressors by name on torch tensors (or any DLPack / buffer-protocol array), without copies::
+Compressors by name on torch tensors (or any CPU DLPack / buffer-protocol array), without
+copies::
 
-    import torch, gradcomp
-    c = gradcomp.Compressor("topk", density=0.01)          # top-k 1%, bf16 values, error feedback
-    g = torch.randn(1 << 20)
-    st = c.make_state(g.numel())
-    out = torch.empty(c.max_payload_bytes(g.numel()), dtype=torch.uint8)
-    n = c.compress(g, st, out)                               # frames in out[:n]
-    s = torch.zeros_like(g); c.accumulate(out[:n], s)        # s += decoded
+    >>> import torch, gradcomp
+    >>> c = gradcomp.Compressor("topk", density=0.01)      # top-k 1%, bf16 values, error feedback
+    >>> g = torch.randn(1 << 20)
+    >>> st = c.make_state(g.numel())
+    >>> out = torch.empty(c.max_payload_bytes(g.numel()), dtype=torch.uint8)
+    >>> n = c.compress(g, st, out)                           # frames in out[:n]
+    >>> s = torch.zeros_like(g); c.accumulate(out[:n], s)    # s += decoded
 
-Summable codecs run in phases whose buffers the transport reduces (gradcomp.Tagc: TAGC-2;
-gradcomp.SummableCast). DDP communication hooks live in gradcomp.ddp (the TAGC hook too), TAGC
-as FSDP2's reduce-scatter in gradcomp.fsdp (docs/integrations.md).
+Summable codecs run in phases whose buffers the transport reduces (:func:`Tagc`: TAGC-2;
+:func:`SummableCast`), both :class:`PhaseCodec`\\ s.
+
+Submodules (imported on first use; they import ``torch.distributed``):
+
+* :mod:`gradcomp.ddp`: DDP communication hooks, :func:`gradcomp.ddp.compress_hook` (codecs by
+  name) and :func:`gradcomp.ddp.tagc_hook` (TAGC-2);
+* :mod:`gradcomp.fsdp`: TAGC-2 as FSDP2's reduce-scatter, :func:`gradcomp.fsdp.attach`;
+* :mod:`gradcomp.tagc`: what the two TAGC paths share;
+* :mod:`gradcomp.testing`: the tests' model, task and training loop.
+
+docs/integrations.md in the repository maps each path onto the collectives.
 """
 
 from ._core import Compressor, Error, PhaseCodec, PhaseState, State, SummableCast, Tagc, codecs
 
-__all__ = ["Compressor", "Error", "PhaseCodec", "PhaseState", "State", "SummableCast", "Tagc", "codecs", "ddp", "fsdp", "tagc"]
+__all__ = ["Compressor", "Error", "PhaseCodec", "PhaseState", "State", "SummableCast", "Tagc", "codecs", "ddp", "fsdp",
+           "tagc", "testing"]
+
+_SUBMODULES = ("ddp", "fsdp", "tagc", "testing")
 
 
-def __getattr__(name):  # these import torch.distributed: load them on first use
-    if name in ("ddp", "fsdp", "tagc"):
+def __getattr__(name: str):  # the submodules import torch.distributed: load them on first use
+    if name in _SUBMODULES:
         import importlib
 
         return importlib.import_module("." + name, __name__)
-    raise AttributeError(name)
+    raise AttributeError(f"module 'gradcomp' has no attribute {name!r}")
+
+
+def __dir__():
+    return sorted(set(globals()) | set(_SUBMODULES))

@@ -1,20 +1,27 @@
 """TAGC-2 as the reduce-scatter of sharded training (FSDP2).
 
-    from torch.distributed.fsdp import fully_shard
-    for block in model.blocks:
-        fully_shard(block)
-    fully_shard(model)
-    tagc = gradcomp.fsdp.attach(model)   # every FSDP module's reduce-scatter runs TAGC
-    ...
-    ckpt["tagc"] = tagc.state_dict()              # a collective: every rank calls it
+Example::
 
-FSDP2 hands each module's gradients to ``ReduceScatter.__call__`` as one flat buffer of
-W x shard elements (rank r's shard at [r shard, (r + 1) shard)), which is exactly TAGC's shard
-layout (summable::shard_of). Per call: x = buffer / W (for FSDP's AVG; SUM as it is), phase 0
-(the bitmap of the whole buffer) by ``dist.all_reduce`` with BOR (SUM for the sum-safe
-packing), phase 1 (the sketch) by ``dist.reduce_scatter_tensor`` with SUM, and the library's
-peel decode of this rank's cells into FSDP's output shard. Each FSDP module has its own TAGC
-state, made at its first reduce-scatter and keyed by the module's name.
+    >>> from torch.distributed.fsdp import fully_shard
+    >>> for block in model.blocks:
+    ...     fully_shard(block)
+    >>> fully_shard(model)
+    >>> tagc = gradcomp.fsdp.attach(model)   # every FSDP module's reduce-scatter runs TAGC
+    >>> ...
+    >>> ckpt["tagc"] = tagc.state_dict()     # a collective: every rank calls it
+
+:func:`attach` uses FSDP2's public ``FSDPModule.set_custom_reduce_scatter``. FSDP2 calls the
+object it is given as ``comm.allocate(size, dtype=..., device=...)`` and
+``comm(output_tensor=..., input_tensor=..., group=..., op=...)``; :class:`TagcReduceScatter`
+provides both methods and does not derive from torch's private ``ReduceScatter`` base class.
+
+FSDP2 hands each module's gradients to the reduce-scatter as one flat buffer of W x shard
+elements (rank r's shard at [r shard, (r + 1) shard)), which is exactly TAGC's shard layout
+(summable::shard_of). Per call: x = buffer / W (for FSDP's AVG; SUM as it is), phase 0 (the
+bitmap of the whole buffer) by ``dist.all_reduce`` with BOR (SUM for the sum-safe packing),
+phase 1 (the sketch) by ``dist.reduce_scatter_tensor`` with SUM, and the library's peel decode
+of this rank's cells into FSDP's output shard. Each FSDP module has its own TAGC state, made at
+its first reduce-scatter and keyed by the module's name.
 
 Limits: a checkpoint restores at the same world size only (the flat layout of another world
 size pads and orders the parameters' shards differently, so residual positions would not
@@ -22,27 +29,63 @@ correspond); the whole flat buffer is sketched (FSDP does not tell the reduce-sc
 parameter an element belongs to); ``async_op=True`` is not supported (FSDP2 does not ask for it).
 """
 
+from __future__ import annotations
+
+from typing import Optional, Sequence
+
 import torch
 import torch.distributed as dist
 
 from .tagc import TagcStates
 
+_NEEDS = (f"gradcomp.fsdp needs FSDP2's public FSDPModule.set_custom_reduce_scatter "
+          f"(torch.distributed.fsdp), which torch {torch.__version__} does not have (tested with torch 2.15)")
 try:
     from torch.distributed.fsdp import FSDPModule
-    from torch.distributed.fsdp._fully_shard._fsdp_api import ReduceScatter
 except ImportError as e:  # pragma: no cover - older torch
-    raise ImportError("gradcomp.fsdp needs FSDP2's FSDPModule.set_custom_reduce_scatter (torch 2.7 or newer)") from e
+    raise ImportError(_NEEDS) from e
+if not hasattr(FSDPModule, "set_custom_reduce_scatter"):  # pragma: no cover - older torch
+    raise ImportError(_NEEDS)
+
+__all__ = ["ShardedTagc", "TagcReduceScatter", "attach"]
 
 
 class ShardedTagc(TagcStates):
-    """TAGC states of every FSDP module of a model, with collective checkpoints."""
+    """TAGC states of every FSDP module of a model, with collective checkpoints.
 
-    def __init__(self, preset="default", process_group=None, **config):
+    :func:`attach` makes one and gives each FSDP module a :class:`TagcReduceScatter` that
+    shares it. A module's state is made at its first reduce-scatter (FSDP's flat buffer size is
+    known then), keyed by the module's name (``"<root>"`` for the root).
+
+    Args:
+        preset (str): ``"default"``, ``"tagc2"`` or ``"v1"``, as for :func:`gradcomp.Tagc`.
+        process_group (ProcessGroup, optional): the group :meth:`state_dict` gathers over
+            (default: the world; the reduce-scatters use the group FSDP passes them).
+        **config: :func:`gradcomp.Tagc`'s options.
+
+    Raises:
+        gradcomp.Error: an unknown preset or option, or an invalid value.
+    """
+
+    def __init__(self, preset: str = "default", process_group: Optional[dist.ProcessGroup] = None, **config) -> None:
         super().__init__(preset, process_group, **config)
         self._pending = None  # a loaded state_dict whose states are made at their first call
-        self.calls = 0
 
-    def load_state_dict(self, sd: dict) -> None:
+    def load_state_dict(self, state_dict: dict) -> None:
+        """Restores :meth:`state_dict`'s states, at the saved world size only.
+
+        States that do not exist yet (no reduce-scatter has run) are restored when their
+        module's first reduce-scatter makes them.
+
+        Args:
+            state_dict (dict): what :meth:`state_dict` returned.
+
+        Raises:
+            ValueError: an unknown format, another TAGC configuration, or another world size
+                (FSDP's flat reduce-scatter layout differs between world sizes).
+            gradcomp.Error: a corrupted checkpoint.
+        """
+        sd = state_dict
         self._check(sd)
         if sd["world_size"] != self.world():
             raise ValueError("gradcomp.fsdp: TAGC state saved at another world size; FSDP's flat reduce-scatter "
@@ -51,7 +94,21 @@ class ShardedTagc(TagcStates):
             self._restore(sd, name, st)
         self._pending = sd
 
-    def state_of(self, name: str, n: int, group) -> object:
+    def state_of(self, name: str, n: int, group: dist.ProcessGroup):
+        """The state of the module called ``name``, made (and restored from a loaded
+        checkpoint) at its first call.
+
+        Args:
+            name (str): the module's name.
+            n (int): the flat buffer's element count.
+            group (ProcessGroup): the reduce-scatter's group (its size and this rank).
+
+        Returns:
+            gradcomp.PhaseState: the module's state.
+
+        Raises:
+            RuntimeError: the module's buffer changed size since its state was made.
+        """
         st = self.states.get(name)
         if st is None:
             st = self.states[name] = self.codec.make_state(n, group.size(), group.rank())
@@ -62,16 +119,48 @@ class ShardedTagc(TagcStates):
         return st
 
 
-class TagcReduceScatter(ReduceScatter):
-    """FSDP2's custom reduce-scatter running TAGC-2 for one FSDP module."""
+class TagcReduceScatter:
+    """FSDP2's custom reduce-scatter running TAGC-2 for one FSDP module.
 
-    def __init__(self, owner: ShardedTagc, name: str):
+    Implements the interface ``FSDPModule.set_custom_reduce_scatter`` expects:
+    :meth:`allocate` and :meth:`__call__`.
+
+    Args:
+        owner (ShardedTagc): the shared codec and states.
+        name (str): the module's name (its state's key).
+    """
+
+    def __init__(self, owner: ShardedTagc, name: str) -> None:
         self.owner, self.name = owner, name
 
-    def allocate(self, size, *, dtype, device):
+    def __repr__(self) -> str:
+        st = self.owner.states.get(self.name)
+        size = "not yet run" if st is None else f"{st.size} elements, step {st.step}"
+        return f"TagcReduceScatter(name={self.name!r}, {size})"
+
+    def allocate(self, size: Sequence[int], *, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+        """A buffer for FSDP's reduce-scatter input or output (a plain ``torch.empty``)."""
         return torch.empty(*size, dtype=dtype, device=device)
 
-    def __call__(self, output_tensor, input_tensor, group, op, async_op=False):
+    def __call__(self, output_tensor: torch.Tensor, input_tensor: torch.Tensor, group: dist.ProcessGroup,
+                 op: dist.ReduceOp, async_op: bool = False) -> None:
+        """Reduce-scatters ``input_tensor`` into ``output_tensor`` with TAGC.
+
+        Args:
+            output_tensor (torch.Tensor): this rank's shard (``input_tensor.numel() / W``
+                elements), overwritten.
+            input_tensor (torch.Tensor): the module's flat gradient buffer (W shards).
+            group (ProcessGroup): the reduce-scatter's group.
+            op (torch.distributed.ReduceOp): ``AVG`` or ``SUM``.
+            async_op (bool): must be False.
+
+        Returns:
+            None: the collectives have completed when it returns.
+
+        Raises:
+            NotImplementedError: ``async_op=True``.
+            ValueError: another reduction than AVG or SUM.
+        """
         if async_op:
             raise NotImplementedError("gradcomp.fsdp: asynchronous reduce-scatter")
         o, c, world = self.owner, self.owner.codec, group.size()
@@ -107,7 +196,29 @@ class TagcReduceScatter(ReduceScatter):
 
 
 def attach(model: torch.nn.Module, preset: str = "default", **config) -> ShardedTagc:
-    """Sets a TAGC reduce-scatter on every FSDP2 module of model; returns their shared state."""
+    """Makes every FSDP2 module of ``model`` reduce-scatter its gradients with TAGC-2.
+
+    Call it after ``fully_shard``; each module found by ``model.named_modules()`` that is an
+    ``FSDPModule`` gets a :class:`TagcReduceScatter` through
+    ``FSDPModule.set_custom_reduce_scatter``.
+
+    Args:
+        model (torch.nn.Module): a model with ``fully_shard`` applied (to it or to submodules).
+        preset (str): ``"default"``, ``"tagc2"`` or ``"v1"``, as for :func:`gradcomp.Tagc`.
+        **config: :func:`gradcomp.Tagc`'s options.
+
+    Returns:
+        ShardedTagc: the modules' shared state (statistics, checkpoints).
+
+    Raises:
+        ValueError: the model has no FSDP modules.
+        gradcomp.Error: an unknown preset or option, or an invalid value.
+
+    Example::
+
+        >>> fully_shard(model)
+        >>> tagc = gradcomp.fsdp.attach(model, "tagc2")
+    """
     owner = ShardedTagc(preset, **config)
     found = 0
     for name, m in model.named_modules():

@@ -18,20 +18,31 @@ from . import ddp
 
 
 class Block(nn.Module):
+    """A pre-norm transformer block: causal self-attention and a 4x MLP, each residual."""
+
     def __init__(self, d: int, heads: int):
         super().__init__()
         self.ln1, self.ln2 = nn.LayerNorm(d), nn.LayerNorm(d)
         self.attn = nn.MultiheadAttention(d, heads, batch_first=True)
         self.mlp = nn.Sequential(nn.Linear(d, 4 * d), nn.GELU(), nn.Linear(4 * d, d))
 
-    def forward(self, x, mask):
+    def forward(self, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        """``x``: ``[batch, seq, d]``; ``mask``: the additive causal attention mask ``[seq, seq]``."""
         h = self.ln1(x)
         x = x + self.attn(h, h, h, attn_mask=mask, need_weights=False)[0]
         return x + self.mlp(self.ln2(x))
 
 
 class TinyTransformer(nn.Module):
-    """A GPT-style decoder: token and position embeddings, pre-norm blocks, LM head."""
+    """A GPT-style decoder: token and position embeddings, pre-norm blocks, LM head.
+
+    Args:
+        vocab (int): vocabulary size (default 64).
+        d (int): model width (default 64).
+        heads (int): attention heads (default 4).
+        layers (int): blocks (default 2).
+        seq (int): the longest sequence (default 32).
+    """
 
     def __init__(self, vocab=64, d=64, heads=4, layers=2, seq=32):
         super().__init__()
@@ -41,7 +52,9 @@ class TinyTransformer(nn.Module):
         # A plain attribute, not a buffer: DDP then has no buffers to broadcast every step.
         self.mask = torch.triu(torch.full((seq, seq), float("-inf")), 1)
 
-    def forward(self, idx):
+    def forward(self, idx: torch.Tensor) -> torch.Tensor:
+        """Logits ``[batch, seq, vocab]`` of the next token at every position of ``idx``
+        (``[batch, seq]`` token ids)."""
         t = idx.shape[1]
         x = self.tok(idx) + self.pos(torch.arange(t))
         for b in self.blocks:
@@ -51,7 +64,13 @@ class TinyTransformer(nn.Module):
 
 class MarkovTask:
     """Token sequences from a fixed random Markov chain: each token has a few likely
-    successors, so the achievable loss (the chain's entropy) is far below log(vocab)."""
+    successors, so the achievable loss (the chain's entropy) is far below log(vocab).
+
+    Args:
+        vocab (int): vocabulary size (default 64).
+        successors (int): likely successors of each token (default 4).
+        seed (int): the chain's seed (default 0).
+    """
 
     def __init__(self, vocab=64, successors=4, seed=0):
         g = torch.Generator().manual_seed(seed)
@@ -63,6 +82,8 @@ class MarkovTask:
         self.vocab = vocab
 
     def batch(self, stream: int, batch: int, seq: int):
+        """``(inputs, targets)``, each ``[batch, seq]`` int64, targets shifted by one; the same
+        for the same ``stream`` on every rank and run."""
         g = torch.Generator().manual_seed(1_000_003 * (stream + 1))
         x = torch.empty(batch, seq + 1, dtype=torch.long)
         x[:, 0] = torch.randint(self.vocab, (batch,), generator=g)
@@ -71,12 +92,23 @@ class MarkovTask:
         return x[:, :-1], x[:, 1:]
 
 
-def register(model, spec: str, **options):
-    """Registers the hook named by spec on a DDP model and returns its state (or None).
+def register(model: nn.Module, spec: str, **options):
+    """Registers the communication hook named by ``spec`` on a DDP model.
 
-    spec: "fp32" (DDP's own all-reduce), "torch:bf16", "torch:fp16", "torch:powersgd"
-    (rank 4 by default, PyTorch's hooks), "tagc" (gradcomp.ddp.TagcHookState; options are
-    gradcomp.Tagc's, with "preset"), or the name of a gradcomp codec."""
+    Args:
+        model (DistributedDataParallel): the DDP module.
+        spec (str): ``"fp32"`` (DDP's own all-reduce, no hook), ``"torch:bf16"``,
+            ``"torch:fp16"``, ``"torch:powersgd"`` (PyTorch's hooks; PowerSGD takes ``rank``,
+            default 4, and ``start_iter``, default 10), ``"tagc"``
+            (:func:`gradcomp.ddp.tagc_hook`; options are :class:`gradcomp.ddp.TagcHookState`'s,
+            with ``preset``), or the name of a gradcomp codec
+            (:func:`gradcomp.ddp.compress_hook`; options are the codec's).
+        **options: the hook state's options.
+
+    Returns:
+        The hook's state (:class:`gradcomp.ddp.HookState`, :class:`gradcomp.ddp.TagcHookState`
+        or PyTorch's ``PowerSGDState``), or None for hooks without one.
+    """
     from torch.distributed.algorithms.ddp_comm_hooks import default_hooks, powerSGD_hook
 
     if spec == "fp32":
@@ -92,8 +124,12 @@ def register(model, spec: str, **options):
                                          start_powerSGD_iter=options.get("start_iter", 10), random_seed=0)
         model.register_comm_hook(st, powerSGD_hook.powerSGD_hook)
         return st
-    st = ddp.TagcHookState(model, **options) if spec == "tagc" else ddp.HookState(model, spec, **options)
-    model.register_comm_hook(st, ddp.hook)
+    if spec == "tagc":
+        st = ddp.TagcHookState(model, **options)
+        model.register_comm_hook(st, ddp.tagc_hook)
+    else:
+        st = ddp.HookState(model, spec, **options)
+        model.register_comm_hook(st, ddp.compress_hook)
     return st
 
 
@@ -120,7 +156,9 @@ def _full_state(net, opt):
     return get_state_dict(net, opt, options=StateDictOptions(full_state_dict=True))
 
 
-def init_process_group(rank: int, world: int, port: int, threads: int = 1):
+def init_process_group(rank: int, world: int, port: int, threads: int = 1) -> None:
+    """Joins a gloo process group on 127.0.0.1:``port`` as ``rank`` of ``world`` and limits
+    torch to ``threads`` intra-op threads."""
     os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
     os.environ["MASTER_PORT"] = str(port)
     torch.set_num_threads(threads)
@@ -129,9 +167,38 @@ def init_process_group(rank: int, world: int, port: int, threads: int = 1):
 
 def train(spec: str, steps: int, *, options=None, batch=8, seq=32, optimizer="sgd", lr=None, seed=0, start=0,
           resume=None, save_at=None, save_path=None, target_loss=None, model_kw=None, on_step=None):
-    """Trains TinyTransformer with DDP for steps [start, steps) under the process group that is
-    already initialised. resume/save_path: torch.save files holding model, optimizer and hook
-    state. on_step(step): called after each step. Returns dict(losses, eval, seconds, time_to_target, bytes_sent, params)."""
+    """Trains :class:`TinyTransformer` on :class:`MarkovTask` for steps ``[start, steps)`` under
+    the process group that is already initialised (:func:`init_process_group`).
+
+    Every rank draws its own batches; the run depends only on (seed, rank, step), so a run
+    resumed from a checkpoint matches an uninterrupted one bit for bit.
+
+    Args:
+        spec (str): DDP with the hook :func:`register` names (``"fp32"``, ``"topk"``,
+            ``"tagc"``, ``"torch:bf16"``, ...), or FSDP2: ``"fsdp:fp32"`` (its own
+            reduce-scatter) or ``"fsdp:tagc"`` (:func:`gradcomp.fsdp.attach`).
+        steps (int): the step to stop before.
+        options (dict, optional): the hook state's options.
+        batch (int): sequences per rank and step (default 8).
+        seq (int): sequence length (default 32).
+        optimizer (str): ``"sgd"`` (momentum 0.9, lr 0.1; default) or ``"adamw"`` (lr 3e-3).
+        lr (float, optional): overrides the optimizer's learning rate.
+        seed (int): model and task seed (default 0).
+        start (int): the first step (with ``resume``: the step the checkpoint was saved after).
+        resume (str, optional): a ``torch.save`` file with model, optimizer and hook state.
+        save_at (int, optional): saves such a file after this many steps (a collective).
+        save_path (str, optional): where ``save_at`` saves.
+        target_loss (float, optional): records the time when the 10-step mean loss first
+            reaches it.
+        model_kw (dict, optional): :class:`TinyTransformer`'s arguments.
+        on_step (Callable[[int], None], optional): called after each step.
+
+    Returns:
+        dict: ``losses`` (per step), ``eval`` (held-out loss), ``seconds``,
+        ``time_to_target``, ``bytes_sent`` (the hook state's, or None), ``params`` (every
+        parameter, flat), ``peeled`` (TAGC's peeled fraction, or None), ``initial_loss``
+        (log of the vocabulary size).
+    """
     from torch.nn.parallel import DistributedDataParallel as DDP
 
     rank, world = dist.get_rank(), dist.get_world_size()
