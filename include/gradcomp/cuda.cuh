@@ -7,6 +7,5 @@
 #include "cuda/common.cuh"
 #include "cuda/compressor.cuh"
 #include "cuda/crc32c.cuh"
-#include "cuda/sketch.cuh"
 #include "cuda/tagc.cuh"
 #include "cuda/topk_select.cuh"

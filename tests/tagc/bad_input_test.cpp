@@ -133,7 +133,11 @@ TEST_CASE("tagc bad input: reduced sketches of the wrong size or alignment, outp
   test::bytes odd(1);  // the shard one byte past an aligned start
   odd.insert(odd.end(), shard.begin(), shard.end());
   refuse(std::span<const std::byte>(odd).subspan(1, shard.size()), out, errc::invalid_argument);
-  CHECK(t.c.receive(1, t.st[1], shard, out).ok());
+  // The named call is told what it holds: a shard called whole, or the whole called a shard.
+  CHECK(t.c.receive_sketch(t.st[1], shard, summable::received::whole, out) == errc::size_mismatch);
+  CHECK(t.c.receive_sketch(t.st[1], whole, summable::received::shard, out) == errc::size_mismatch);
+  CHECK(out == std::vector<float>(mine, -2.0f));
+  CHECK(t.c.receive_sketch(t.st[1], shard, summable::received::shard, out).ok());
   CHECK(t.c.receive(1, t.st[1], shard, out) == errc::invalid_argument);  // twice
   t.c.finish_step(t.st[1]);
   CHECK(t.st[1].at == gt::stage::encode_bitmap);

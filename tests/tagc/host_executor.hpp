@@ -16,7 +16,7 @@
 
 namespace gradcomp::test::tagc {
 
-namespace tpar = gradcomp::tagc::parallel;
+namespace tpar = gradcomp::tagc::detail;
 
 struct host_executor {
   std::uint64_t launches = 0;  // steps that ran (not skipped by their guard)
@@ -100,7 +100,7 @@ class aligned_bytes {
 // One rank of the model: its state and workspace memory.
 struct model_rank {
   aligned_bytes memory, workspace;
-  tpar::device_state st;
+  gradcomp::tagc::device_state st;
 };
 
 inline std::vector<model_rank> make_model_ranks(const tpar::runner& dev, host_executor& ex, std::size_t n, std::uint32_t world) {

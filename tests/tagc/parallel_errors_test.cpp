@@ -168,7 +168,7 @@ TEST_CASE("tagc parallel: argument errors come back at once and run nothing") {
         errc::size_mismatch);  // not whole cells
   // make_state's own checks.
   aligned_bytes mem(*t.dev.state_bytes(n, 4));
-  tpar::device_state st;
+  gradcomp::tagc::device_state st;
   CHECK(t.dev.make_state(t.ex, mem.span().first(mem.span().size() - 1), n, 4, 0, st).code() == errc::buffer_too_small);
   CHECK(t.dev.make_state(t.ex, mem.span(), n, 4, 4, st).code() == errc::invalid_argument);
   CHECK(t.dev.make_state(t.ex, mem.span(), n, 0, 0, st).code() == errc::invalid_argument);

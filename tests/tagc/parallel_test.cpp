@@ -21,7 +21,7 @@ using test::bytes;
 namespace {
 
 void run_case(const gt::config& c, std::size_t n, std::uint32_t world, grads kind, collective how, int steps,
-              tpar::sketch_layout layout = tpar::sketch_layout::packed, bool* exact = nullptr) {
+              gradcomp::tagc::sketch_layout layout = gradcomp::tagc::sketch_layout::packed, bool* exact = nullptr) {
   twins t(c, n, world, layout);
   for (int s = 0; s < steps; ++s) t.step(make_grads(kind, n, world, 100 * static_cast<std::uint64_t>(s) + n), how);
   if (exact != nullptr) *exact = *exact || t.exact_seen;
@@ -82,8 +82,8 @@ TEST_CASE("tagc parallel: the exact top-k, its ties cut by index, and sparse gra
     gt::config c;
     c.select.max_tries = tries;
     c.bitmap = gt::bitmap_mode::sum_safe;
-    run_case(c, 40009, 4, grads::tied, collective::reduce_scatter, 3, tpar::sketch_layout::packed, &exact);
-    run_case(c, 40009, 4, grads::sparse, collective::reduce_scatter, 3, tpar::sketch_layout::packed, &exact);
+    run_case(c, 40009, 4, grads::tied, collective::reduce_scatter, 3, gradcomp::tagc::sketch_layout::packed, &exact);
+    run_case(c, 40009, 4, grads::sparse, collective::reduce_scatter, 3, gradcomp::tagc::sketch_layout::packed, &exact);
   }
   CHECK(exact);  // the exact path ran (and matched)
 }
@@ -102,9 +102,9 @@ TEST_CASE("tagc parallel: the padded sketch layout carries the same cells") {
   for (summable::wire_type cells : {summable::wire_type::bf16, summable::wire_type::f32}) {
     gt::config c;
     c.cells = cells;
-    run_case(c, 30011, 4, grads::wide, collective::reduce_scatter, 2, tpar::sketch_layout::padded);
-    run_case(c, 30011, 3, grads::dyadic, collective::all_reduce, 2, tpar::sketch_layout::padded);
+    run_case(c, 30011, 4, grads::wide, collective::reduce_scatter, 2, gradcomp::tagc::sketch_layout::padded);
+    run_case(c, 30011, 3, grads::dyadic, collective::all_reduce, 2, gradcomp::tagc::sketch_layout::padded);
     c.block = 16;
-    run_case(c, 30011, 4, grads::lanes, collective::reduce_scatter, 2, tpar::sketch_layout::padded);
+    run_case(c, 30011, 4, grads::lanes, collective::reduce_scatter, 2, gradcomp::tagc::sketch_layout::padded);
   }
 }

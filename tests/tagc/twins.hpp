@@ -59,14 +59,14 @@ struct twins {
   std::vector<model_rank> ms;
   bool exact_seen = false;
 
-  twins(const gt::config& c, std::size_t n, std::uint32_t world, tpar::sketch_layout layout = tpar::sketch_layout::packed)
+  twins(const gt::config& c, std::size_t n, std::uint32_t world, gradcomp::tagc::sketch_layout layout = gradcomp::tagc::sketch_layout::packed)
       : host(c), dev(c, layout) {
     hs = make_ranks(host, n, world);
     ms = make_model_ranks(dev, ex, n, world);
   }
   std::uint32_t world() const { return static_cast<std::uint32_t>(hs.size()); }
   std::size_t n() const { return hs[0].size; }
-  tpar::step_report report(std::uint32_t r) { return *dev.read_report(ex, ms[r].st); }
+  gradcomp::tagc::step_report report(std::uint32_t r) { return *dev.read_report(ex, ms[r].st); }
   gt::state downloaded(std::uint32_t r) {
     gt::state h;
     REQUIRE(host.make_state(n(), world(), r, h).ok());
@@ -94,7 +94,7 @@ struct twins {
 
 inline void twins::step(const std::vector<std::vector<float>>& g, collective how) {
   const std::uint32_t W = world();
-  const bool padded = dev.layout() == tpar::sketch_layout::padded;
+  const bool padded = dev.layout() == gradcomp::tagc::sketch_layout::padded;
   // Phase 0.
   const auto p0 = host.describe(0, hs[0]);
   const auto q0 = dev.describe(0, ms[0].st);

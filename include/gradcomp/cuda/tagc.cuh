@@ -35,17 +35,18 @@
 
 namespace gradcomp::cuda::tagc {
 
-namespace tpar = gradcomp::tagc::parallel;
-using tpar::device_state;
-using tpar::sketch_layout;
-using tpar::step_report;
+using gradcomp::tagc::device_state;
+using gradcomp::tagc::sketch_layout;
+using gradcomp::tagc::step_report;
 
 namespace detail {
+
+namespace steps = gradcomp::tagc::detail;  // the data-parallel flow this executor runs
 
 using cuda::detail::threads;
 
 template <class F>
-__global__ void __launch_bounds__(threads) map_kernel(std::uint64_t n, F f, tpar::guard g) {
+__global__ void __launch_bounds__(threads) map_kernel(std::uint64_t n, F f, steps::guard g) {
   if (g.skip()) return;
   for (std::uint64_t i = blockIdx.x * std::uint64_t{threads} + threadIdx.x; i < n; i += std::uint64_t{gridDim.x} * threads) f(i);
 }
@@ -54,19 +55,19 @@ __global__ void __launch_bounds__(threads) map_kernel(std::uint64_t n, F f, tpar
 // shared memory and one of them adds the sum (integer atomics: the counts do not depend on
 // the order).
 template <class F>
-__global__ void __launch_bounds__(threads) count_kernel(std::uint64_t n, F f, tpar::counter* counters, tpar::guard g) {
+__global__ void __launch_bounds__(threads) count_kernel(std::uint64_t n, F f, steps::counter* counters, steps::guard g) {
   __shared__ std::uint32_t value[threads];
   if (g.skip()) return;
   const unsigned lane = threadIdx.x % 32, warp0 = threadIdx.x - lane;
   for (std::uint64_t base = blockIdx.x * std::uint64_t{threads}; base < n; base += std::uint64_t{gridDim.x} * threads) {
-    tpar::tally t{tpar::no_segment, 0};
+    steps::tally t{steps::no_segment, 0};
     if (base + threadIdx.x < n) t = f(base + threadIdx.x);
-    if (t.value == 0) t.segment = tpar::no_segment;
+    if (t.value == 0) t.segment = steps::no_segment;
     const unsigned peers = __match_any_sync(0xffffffffu, t.segment);
     value[threadIdx.x] = t.value;
     __syncwarp();
-    if (t.segment != tpar::no_segment && lane == static_cast<unsigned>(__ffs(peers) - 1)) {
-      tpar::counter sum = 0;
+    if (t.segment != steps::no_segment && lane == static_cast<unsigned>(__ffs(peers) - 1)) {
+      steps::counter sum = 0;
       for (unsigned m = peers; m != 0; m &= m - 1) sum += value[warp0 + static_cast<unsigned>(__ffs(m) - 1)];
       atomicAdd(counters + t.segment, sum);
     }
@@ -82,13 +83,13 @@ class executor {
   explicit executor(cudaStream_t s) : s_(s) {}
 
   template <class F>
-  void map(std::uint64_t n, const F& f, tpar::guard g) {
+  void map(std::uint64_t n, const F& f, steps::guard g) {
     if (n == 0 || e_ != cudaSuccess) return;
     map_kernel<F><<<blocks_for(n), threads, 0, s_>>>(n, f, g);
     note(cudaGetLastError());
   }
   template <class F>
-  void count(std::uint64_t n, const F& f, tpar::counter* counters, tpar::guard g) {
+  void count(std::uint64_t n, const F& f, steps::counter* counters, steps::guard g) {
     if (n == 0 || e_ != cudaSuccess) return;
     count_kernel<F><<<blocks_for(n), threads, 0, s_>>>(n, f, counters, g);
     note(cudaGetLastError());
@@ -115,7 +116,7 @@ class executor {
   status outcome() const { return cuda::detail::cuda_status(e_); }
 
   // Scratch of the sorts and the scan for these sizes (CUB's queries).
-  static result<std::size_t> temp_bytes(const tpar::sizes& z) {
+  static result<std::size_t> temp_bytes(const steps::sizes& z) {
     std::size_t a = 0, b = 0, c = 0;
     cudaError_t e = cub::DeviceRadixSort::SortKeys(nullptr, a, static_cast<const std::uint64_t*>(nullptr),
                                                    static_cast<std::uint64_t*>(nullptr), static_cast<int>(z.sample), 0, z.sample_bits);
@@ -211,7 +212,7 @@ class codec {
   }
 
  private:
-  tpar::runner r_;
+  gradcomp::tagc::detail::runner r_;
 };
 
 }  // namespace gradcomp::cuda::tagc

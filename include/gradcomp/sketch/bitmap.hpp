@@ -42,6 +42,12 @@ GRADCOMP_HD constexpr std::uint32_t bitmap_tail_mask(std::size_t count) {
   return count % 32 == 0 ? 0xffffffffu : (1u << (count % 32)) - 1u;
 }
 
+// No bit set at or past `count` (the last of bitmap_words(count) words is the only one to check).
+GRADCOMP_HD inline bool tail_is_clear(const std::uint32_t* words, std::size_t count) {
+  const std::size_t n = bitmap_words(count);
+  return n == 0 || (words[n - 1] & ~bitmap_tail_mask(count)) == 0;
+}
+
 GRADCOMP_HD inline bool bitmap_test(const std::uint32_t* words, std::size_t j) {
   return ((words[j / 32] >> (j % 32)) & 1u) != 0;
 }
@@ -82,7 +88,7 @@ status build_bitmap(std::size_t count, const Keep& keep, std::span<std::uint32_t
 // An untrusted bitmap: its size, and no bit set at or past `count`.
 inline status check_bitmap(std::span<const std::uint32_t> words, std::size_t count) {
   if (words.size() != bitmap_words(count)) return {errc::size_mismatch, "bitmap words differ from ceil(count / 32)"};
-  if (!words.empty() && (words.back() & ~bitmap_tail_mask(count)) != 0)
+  if (!tail_is_clear(words.data(), count))
     return {errc::index_out_of_range, "bitmap has a bit set past the region's element count"};
   return {};
 }
@@ -134,14 +140,27 @@ struct sum_safe_layout {
   }
 };
 
+// The sum-safe word whose field q is bit q of `bits` (q < per_word), and back: bit q set when
+// field q is not zero.
+GRADCOMP_HD inline std::uint32_t sum_safe_fields(std::uint32_t bits, const sum_safe_layout& l) {
+  std::uint32_t word = 0;
+  for (std::uint32_t q = 0; q < l.per_word; ++q) word |= ((bits >> q) & 1u) << (q * l.width);
+  return word;
+}
+GRADCOMP_HD inline std::uint32_t nonzero_fields(std::uint32_t word, const sum_safe_layout& l) {
+  std::uint32_t bits = 0;
+  for (std::uint32_t q = 0; q < l.per_word; ++q) bits |= (((word >> (q * l.width)) & l.field_mask()) != 0 ? 1u : 0u) << q;
+  return bits;
+}
+
 // Word w of one rank's sum-safe form of its 1-bit bitmap.
 GRADCOMP_HD inline std::uint32_t sum_safe_word(const std::uint32_t* bitmap, std::size_t w, std::size_t count,
                                                const sum_safe_layout& l) {
   const std::size_t first = w * l.per_word;
   const std::size_t n = count - first < l.per_word ? count - first : l.per_word;
-  std::uint32_t word = 0;
-  for (std::uint32_t q = 0; q < n; ++q) word |= ((bitmap[(first + q) / 32] >> ((first + q) % 32)) & 1u) << (q * l.width);
-  return word;
+  std::uint32_t bits = 0;
+  for (std::uint32_t q = 0; q < n; ++q) bits |= ((bitmap[(first + q) / 32] >> ((first + q) % 32)) & 1u) << q;
+  return sum_safe_fields(bits, l);
 }
 
 // Checks word w of a summed buffer: ok, count_too_large (a field above W), bad_meta (a
@@ -198,9 +217,7 @@ inline status to_sum_safe(std::span<const std::uint32_t> bitmap, std::size_t cou
     const auto bits = static_cast<std::uint32_t>(buf & take);  // past the bitmap's end: zeros
     buf >>= l.per_word;
     nbits = nbits > l.per_word ? nbits - l.per_word : 0;
-    std::uint32_t word = 0;
-    for (std::uint32_t q = 0; q < l.per_word; ++q) word |= ((bits >> q) & 1u) << (q * l.width);
-    out[w] = word;
+    out[w] = sum_safe_fields(bits, l);
   }
   return {};
 }
@@ -224,9 +241,7 @@ inline status union_from_sum_safe(std::span<const std::uint32_t> sums, std::size
   std::uint32_t nbits = 0;
   std::size_t next = 0;
   for (const std::uint32_t word : sums) {
-    std::uint32_t bits = 0;
-    for (std::uint32_t q = 0; q < l.per_word; ++q) bits |= (((word >> (q * l.width)) & l.field_mask()) != 0 ? 1u : 0u) << q;
-    buf |= std::uint64_t{bits} << nbits;
+    buf |= std::uint64_t{nonzero_fields(word, l)} << nbits;
     nbits += l.per_word;
     if (nbits >= 32 && next < bitmap.size()) {
       bitmap[next++] = static_cast<std::uint32_t>(buf);

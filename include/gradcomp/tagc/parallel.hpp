@@ -25,13 +25,26 @@
 #include "../feedback/residual.hpp"
 #include "../sketch/bitmap.hpp"
 #include "../sketch/parallel.hpp"
-#include "../sparsify/threshold_parallel.hpp"
+#include "../sparsify/threshold_search.hpp"
 #include "config.hpp"
+#include "flow.hpp"
 
-namespace gradcomp::tagc::parallel {
+namespace gradcomp::tagc {
 
-namespace tp = sparsify::threshold_parallel;
-namespace gp = sketch::parallel;
+// A step's outcome, in the state's device memory; written in stream order, never read by the
+// library on the host.
+struct step_report {
+  std::uint32_t code = 0;          // errc of the step's first failure found on the device; the
+                                   // rest of the step then does nothing (encode(0) clears it)
+  std::uint32_t rows = 0;          // r of the step's sketch (after receive(0))
+  std::uint64_t sketch_cells = 0;  // W r B: the sketch phase's count in the packed layout
+  std::uint64_t union_items = 0;   // positions in the union (after receive(0))
+  sketch::peel_stats own{};        // encode(1): this rank's own cells decoded
+  sketch::peel_stats stats{};      // receive(1)
+};
+
+namespace detail {
+
 using counter = unsigned long long;  // atomicAdd's 64-bit type
 
 struct tally {
@@ -52,22 +65,9 @@ inline constexpr std::uint64_t tie_tile = 4096;  // elements per tile of the exa
 // What one shard of the buffer needs (host, once per state).
 struct shard_plan {
   std::uint64_t offset = 0;         // first element
-  tp::chunk_plan select{};          // its element count and the threshold search's sizes
+  sparsify::detail::chunk_plan select{};          // its element count and the threshold search's sizes
   std::uint64_t sample_offset = 0;  // its first entry in the concatenated sample
   std::uint64_t tile0 = 0;          // its first tie-count tile
-  std::uint64_t max_items = 0;      // union positions it may hold (tagc::max_items)
-};
-
-// A step's outcome, in the state's device memory; written in stream order, never read by the
-// library on the host.
-struct step_report {
-  std::uint32_t code = 0;          // errc of the step's first failure found on the device; the
-                                   // rest of the step then does nothing (encode(0) clears it)
-  std::uint32_t rows = 0;          // r of the step's sketch (after receive(0))
-  std::uint64_t sketch_cells = 0;  // W r B: the sketch phase's count in the packed layout
-  std::uint64_t union_items = 0;   // positions in the union (after receive(0))
-  sketch::peel_stats own{};        // encode(1): this rank's own cells decoded
-  sketch::peel_stats stats{};      // receive(1)
 };
 
 // What outlives a step (state memory).
@@ -83,9 +83,9 @@ struct state_view {
 
 // A step's scratch (workspace).
 struct work_view {
-  tp::chunk_select* sel = nullptr;  // W
+  sparsify::detail::chunk_select* sel = nullptr;  // W
   counter* pass_count = nullptr;    // W
-  counter* hist = nullptr;          // W * tp::max_bins
+  counter* hist = nullptr;          // W * sparsify::detail::max_bins
   counter* tile_ties = nullptr;     // tie-count tiles
   counter* tally = nullptr;         // 1: peeled items
   counter* first_bad = nullptr;     // 1: 16 w + errc of the first bad sum-safe word
@@ -106,10 +106,11 @@ struct work_view {
 // Everything a step's functors read: sizes, settings and the two views.
 struct context {
   std::uint64_t n = 0, shard_size = 1, wps = 0, aligned = 0, items = 0, sample = 0, tiles = 0;
+  std::uint64_t max_items = 0;  // union positions one shard may hold (tagc::max_items)
   double inv_shard = 1.0;  // 1 / shard_size
   std::uint32_t world = 1, rank = 0, block = 1, lanes = 1, max_rows = 1, max_rounds = 1;
   config cfg{};
-  tp::search_params search{};
+  sparsify::detail::search_params search{};
   state_view st{};
   work_view w{};
 
@@ -123,7 +124,7 @@ struct context {
     }
     return static_cast<std::uint32_t>(i);
   }
-  GRADCOMP_HD tp::sample_view sample_of(std::uint32_t i) const {
+  GRADCOMP_HD sparsify::detail::sorted_sample sample_of(std::uint32_t i) const {
     return {w.sample_out + st.plan[i].sample_offset, st.plan[i].select.sample};
   }
   GRADCOMP_HD std::uint64_t cells() const { return std::uint64_t{world} * st.report->rows * block; }
@@ -182,12 +183,9 @@ struct draw_sample {
       }
     }
     const shard_plan& p = c.st.plan[i];
-    const std::uint64_t local = m - p.sample_offset, r = local / p.select.run, q = r / 4;
-    const philox_u32x4 v = philox4x32_10({{static_cast<std::uint32_t>(q), static_cast<std::uint32_t>(q >> 32), i,
-                                           static_cast<std::uint32_t>(random_stream::sparsifier)}},
-                                         *c.st.key, static_cast<std::uint32_t>(*c.st.step));
-    const std::uint64_t first = (std::uint64_t{v.v[r % 4]} * (p.select.count - p.select.run + 1)) >> 32;
-    const std::uint64_t e = p.offset + first + local % p.select.run;
+    const std::uint64_t local = m - p.sample_offset, r = local / p.select.run;
+    const std::uint32_t random = philox_at(*c.st.key, *c.st.step, i, random_stream::sparsifier, r);
+    const std::uint64_t e = p.offset + sparsify::detail::run_start(random, p.select) + local % p.select.run;
     const float x = feedback::residual::combine({}, grad[e], c.st.residual[e]);
     c.w.sample_in[m] = (std::uint64_t{i} << 32) | abs_key(x);
   }
@@ -197,7 +195,7 @@ struct begin_select {  // a thread per shard
   context c;
   GRADCOMP_HD void operator()(std::uint64_t i) const {
     const auto s = static_cast<std::uint32_t>(i);
-    c.w.sel[i] = tp::begin(c.search, c.st.plan[i].select, c.sample_of(s), c.st.thresholds[i]);
+    c.w.sel[i] = sparsify::detail::begin_search(c.search, c.st.plan[i].select, c.sample_of(s), c.st.thresholds[i]);
     c.w.pass_count[i] = 0;
   }
 };
@@ -210,8 +208,8 @@ struct combine_count {
     const std::uint32_t i = c.shard(j);
     const float x = feedback::residual::combine({}, grad[j], c.st.residual[j]);
     c.st.residual[j] = x;
-    const tp::chunk_select& s = c.w.sel[i];
-    return {i, s.stage == tp::counting && abs_key(x) >= s.t ? 1u : 0u};
+    const sparsify::detail::chunk_select& s = c.w.sel[i];
+    return {i, s.stage == sparsify::detail::counting && abs_key(x) >= s.t ? 1u : 0u};
   }
 };
 
@@ -219,8 +217,8 @@ struct count_pass {
   context c;
   GRADCOMP_HD tally operator()(std::uint64_t j) const {
     const std::uint32_t i = c.shard(j);
-    const tp::chunk_select& s = c.w.sel[i];
-    return {i, s.stage == tp::counting && abs_key(c.st.residual[j]) >= s.t ? 1u : 0u};
+    const sparsify::detail::chunk_select& s = c.w.sel[i];
+    return {i, s.stage == sparsify::detail::counting && abs_key(c.st.residual[j]) >= s.t ? 1u : 0u};
   }
 };
 
@@ -228,7 +226,7 @@ struct finish_pass {  // a thread per shard
   context c;
   GRADCOMP_HD void operator()(std::uint64_t i) const {
     const auto s = static_cast<std::uint32_t>(i);
-    tp::after_pass(c.w.sel[i], c.search, c.st.plan[i].select, c.sample_of(s), c.w.pass_count[i]);
+    sparsify::detail::after_pass(c.w.sel[i], c.search, c.st.plan[i].select, c.sample_of(s), c.w.pass_count[i]);
     c.w.pass_count[i] = 0;
   }
 };
@@ -239,8 +237,8 @@ struct settle_stages {
   GRADCOMP_HD void operator()(std::uint64_t) const {
     std::uint32_t counting = 0, ranking = 0;
     for (std::uint32_t i = 0; i < c.world; ++i) {
-      counting |= c.w.sel[i].stage == tp::counting ? 1u : 0u;
-      ranking |= c.w.sel[i].stage == tp::ranking ? 1u : 0u;
+      counting |= c.w.sel[i].stage == sparsify::detail::counting ? 1u : 0u;
+      ranking |= c.w.sel[i].stage == sparsify::detail::ranking ? 1u : 0u;
     }
     c.w.flags[0] = counting;
     c.w.flags[1] = ranking;
@@ -252,22 +250,22 @@ struct radix_hist {
   int pass;
   GRADCOMP_HD tally operator()(std::uint64_t j) const {
     const std::uint32_t i = c.shard(j);
-    const std::uint32_t bin = tp::radix_bin(c.w.sel[i], abs_key(c.st.residual[j]), pass);
-    return bin == tp::max_bins ? tally{no_segment, 0} : tally{i * tp::max_bins + bin, 1};
+    const std::uint32_t bin = sparsify::detail::radix_bin(c.w.sel[i], abs_key(c.st.residual[j]), pass);
+    return bin == sparsify::detail::max_bins ? tally{no_segment, 0} : tally{i * sparsify::detail::max_bins + bin, 1};
   }
 };
 
 struct radix_pick {  // a thread per shard
   context c;
   int pass;
-  GRADCOMP_HD void operator()(std::uint64_t i) const { tp::radix_pick(c.w.sel[i], c.w.hist + i * tp::max_bins, pass); }
+  GRADCOMP_HD void operator()(std::uint64_t i) const { sparsify::detail::radix_pick(c.w.sel[i], c.w.hist + i * sparsify::detail::max_bins, pass); }
 };
 
 struct count_ties {
   context c;
   GRADCOMP_HD tally operator()(std::uint64_t j) const {
     const std::uint32_t i = c.shard(j);
-    if (!tp::is_tie(c.w.sel[i], abs_key(c.st.residual[j]))) return {no_segment, 0};
+    if (!sparsify::detail::is_tie(c.w.sel[i], abs_key(c.st.residual[j]))) return {no_segment, 0};
     return {static_cast<std::uint32_t>(c.st.plan[i].tile0 + (j - i * c.shard_size) / tie_tile), 1};
   }
 };
@@ -282,7 +280,7 @@ struct end_select {
   context c;
   GRADCOMP_HD void operator()(std::uint64_t i) const {
     const shard_plan& p = c.st.plan[i];
-    tp::cut(c.w.sel[i], c.w.tile_ties + p.tile0, tie_tile, key_of{c.st.residual + p.offset});
+    sparsify::detail::cut(c.w.sel[i], c.w.tile_ties + p.tile0, tie_tile, key_of{c.st.residual + p.offset});
     c.st.thresholds[i] = c.w.sel[i].threshold;
   }
 };
@@ -291,7 +289,7 @@ struct kept_at {
   context c;
   GRADCOMP_HD bool operator()(std::uint64_t j) const {
     const std::uint32_t i = c.shard(j);
-    return tp::keeps(c.w.sel[i], abs_key(c.st.residual[j]), j - i * c.shard_size);
+    return sparsify::detail::keeps(c.w.sel[i], abs_key(c.st.residual[j]), j - i * c.shard_size);
   }
 };
 
@@ -308,10 +306,11 @@ struct bitmap_words {
       return;
     }
     const std::uint64_t first = w * l.per_word;
-    std::uint32_t word = 0;
-    for (std::uint32_t q = 0; q < l.per_word && first + q < c.n; ++q) word |= (keep(first + q) ? 1u : 0u) << (q * l.width);
-    out[w] = word;
+    std::uint32_t bits = 0;
+    for (std::uint32_t q = 0; q < l.per_word && first + q < c.n; ++q) bits |= (keep(first + q) ? 1u : 0u) << q;
+    out[w] = sketch::sum_safe_fields(bits, l);
   }
 };
 
-}  // namespace gradcomp::tagc::parallel
+}  // namespace detail
+}  // namespace gradcomp::tagc

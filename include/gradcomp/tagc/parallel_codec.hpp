@@ -20,7 +20,7 @@
 
 #include "parallel_flow.hpp"
 
-namespace gradcomp::tagc::parallel {
+namespace gradcomp::tagc::detail {
 
 class runner {
  public:
@@ -65,8 +65,7 @@ class runner {
     if (memory.size() < bytes) return {errc::buffer_too_small, "TAGC state memory smaller than state_bytes()"};
     if (reinterpret_cast<std::uintptr_t>(memory.data()) % 256 != 0) return {errc::invalid_argument, "TAGC state memory must be 256-byte aligned"};
     std::vector<std::uint32_t> table(z->table_size);
-    if (!tp::table_keys(cfg_.select, table.data()))
-      return {errc::invalid_argument, "threshold table is not non-decreasing: the GPU search would differ"};
+    sparsify::detail::table_keys(cfg_.select, table.data());
     const std::vector<shard_plan> plan = make_plan(cfg_, *z);
     carve_state(*z, memory.data(), s.v);
     s.size = n;
@@ -85,21 +84,14 @@ class runner {
 
   result<summable::phase> describe(std::size_t k, const device_state& st) const {
     if (status s = check_state(st); !s) return s;
-    if (k == bitmap_phase) {
-      if (cfg_.bitmap == bitmap_mode::bitwise_or)
-        return summable::phase{"bitmap", summable::wire_type::u32, summable::reduction::bitwise_or, sketch::bitmap_words(st.size),
-                               st.world, false, 0};
-      const auto l = sketch::sum_safe_layout::make(st.world);
-      return summable::phase{"bitmap", summable::wire_type::u32, summable::reduction::sum, l.words(st.size), st.world, false, l.width};
-    }
+    if (k == bitmap_phase) return tagc::detail::bitmap_phase(cfg_, st.size, st.world);
     if (k != sketch_phase) return status{errc::invalid_argument, "TAGC has phases 0 (bitmap) and 1 (sketch)"};
-    return summable::phase{"sketch", cfg_.cells, summable::reduction::sum,
-                           std::size_t{st.world} * max_rows(cfg_, st.size, st.world) * cfg_.block, st.world, true, 0};
+    return tagc::detail::sketch_phase(cfg_, st.world, max_rows(cfg_, st.size, st.world));
   }
 
   std::size_t max_phase_bytes(const device_state& st) const {
-    const result<summable::phase> a = describe(bitmap_phase, st), b = describe(sketch_phase, st);
-    return a && b ? std::max(a->bytes(), b->bytes()) : 0;
+    if (!check_state(st)) return 0;
+    return tagc::detail::max_phase_bytes(cfg_, st.size, st.world);
   }
 
   // Phase 0: x = g + e, the threshold search of every shard, the kept positions into `out`.
@@ -108,9 +100,8 @@ class runner {
                        std::span<std::byte> out) const {
     const result<summable::phase> p = describe(bitmap_phase, st);
     if (!p) return p.error();
-    if (st.at != stage::encode_bitmap) return out_of_order();
-    if (out.size() != p->bytes()) return {errc::size_mismatch, "phase buffer differs from describe().bytes()"};
-    if (status s = summable::check_alignment(*p, out.data()); !s) return s;
+    if (st.at != stage::encode_bitmap) return tagc::detail::out_of_order();
+    if (status s = tagc::detail::check_buffer(*p, out.size(), out.data(), "phase buffer differs from describe().bytes()"); !s) return s;
     if (grad.size() != st.size) return {errc::size_mismatch, "gradient differs from the state's size"};
     call k;
     if (status s = begin<Ex>(st, workspace, k); !s) return s;
@@ -124,12 +115,12 @@ class runner {
     for (std::uint32_t pass = 1;; ++pass) {
       ex.map(W, finish_pass{c}, {});
       ex.map(1, settle_stages{c}, {});
-      if (pass == tp::max_count_passes(cfg_.select)) break;
+      if (pass == sparsify::detail::max_count_passes(cfg_.select)) break;
       ex.count(st.size, count_pass{c}, c.w.pass_count, guard{nullptr, c.w.flags});
     }
     const guard ranking{nullptr, c.w.flags + 1};
     for (int pass = 0; pass < 3; ++pass) {
-      ex.map(std::uint64_t{W} * tp::max_bins, zero_counters{c.w.hist}, ranking);
+      ex.map(std::uint64_t{W} * sparsify::detail::max_bins, zero_counters{c.w.hist}, ranking);
       ex.count(st.size, radix_hist{c, pass}, c.w.hist, ranking);
       ex.map(W, radix_pick{c, pass}, ranking);
     }
@@ -147,9 +138,9 @@ class runner {
   status receive_bitmap(Ex& ex, std::span<std::byte> workspace, device_state& st, std::span<const std::byte> in) const {
     const result<summable::phase> p = describe(bitmap_phase, st);
     if (!p) return p.error();
-    if (st.at != stage::receive_bitmap) return out_of_order();
-    if (in.size() != p->bytes()) return {errc::size_mismatch, "reduced buffer differs from the phase's size (not shardable)"};
-    if (status s = summable::check_alignment(*p, in.data()); !s) return s;
+    if (st.at != stage::receive_bitmap) return tagc::detail::out_of_order();
+    if (status s = tagc::detail::check_buffer(*p, in.size(), in.data(), "reduced buffer differs from the phase's size (not shardable)"); !s)
+      return s;
     call k;
     if (status s = begin<Ex>(st, workspace, k); !s) return s;
     const context& c = k.c;
@@ -188,7 +179,7 @@ class runner {
   status encode_sketch(Ex& ex, std::span<std::byte> workspace, device_state& st, std::span<std::byte> out) const {
     const result<summable::phase> p = describe(sketch_phase, st);
     if (!p) return p.error();
-    if (st.at != stage::encode_sketch) return out_of_order();
+    if (st.at != stage::encode_sketch) return tagc::detail::out_of_order();
     if (status s = check_cells(*p, out.size(), out.data(), false); !s) return s;
     call k;
     if (status s = begin<Ex>(st, workspace, k); !s) return s;
@@ -218,11 +209,10 @@ class runner {
                         summable::received kind, std::span<float> out) const {
     const result<summable::phase> p = describe(sketch_phase, st);
     if (!p) return p.error();
-    if (st.at != stage::receive_sketch) return out_of_order();
+    if (st.at != stage::receive_sketch) return tagc::detail::out_of_order();
     const bool whole = kind == summable::received::whole;
     if (status s = check_cells(*p, in.size(), in.data(), !whole); !s) return s;
-    if (out.size() != (whole ? st.size : summable::shard_of(st.size, st.world, st.rank).count))
-      return {errc::size_mismatch, "output differs from the received range"};
+    if (status s = tagc::detail::check_output(st.size, st.world, st.rank, kind, out.size()); !s) return s;
     call k;
     if (status s = begin<Ex>(st, workspace, k); !s) return s;
     const context& c = k.c;
@@ -295,14 +285,11 @@ class runner {
     std::size_t temp_bytes = 0;
   };
 
-  static status out_of_order() {
-    return {errc::invalid_argument, "TAGC phases out of order: encode(0), receive(0), encode(1), receive(1), finish_step"};
-  }
   static guard stop(const device_state& st) { return {reinterpret_cast<const std::uint32_t*>(st.v.report), nullptr}; }
 
   status check_state(const device_state& st) const {
     if (status s = validate(); !s) return s;
-    if (st.world == 0 || st.rank >= st.world) return {errc::invalid_argument, "TAGC state needs world >= 1 and rank < world"};
+    if (status s = tagc::detail::check_world(st.world, st.rank); !s) return s;
     if (st.v.report == nullptr || st.v.residual == nullptr) return {errc::invalid_argument, "TAGC device state not made by make_state"};
     if (st.codec_id != tagc::codec_id(cfg_) || st.select_id != select_fingerprint(cfg_))
       return {errc::codec_mismatch, "TAGC device state made by a codec of another config"};
@@ -341,6 +328,7 @@ class runner {
     c.wps = z->wps;
     c.aligned = z->aligned;
     c.items = z->items;
+    c.max_items = max_items(cfg_, z->n, z->world);
     c.sample = z->sample;
     c.tiles = z->tiles;
     c.world = st.world;
@@ -350,7 +338,7 @@ class runner {
     c.max_rows = z->max_rows;
     c.max_rounds = cfg_.max_rounds;
     c.cfg = cfg_;
-    c.search = {cfg_.select.estimate, cfg_.select.density, cfg_.select.max_tries, z->table_size, st.v.table};
+    c.search = {cfg_.select.estimate, cfg_.select.density, cfg_.select.max_tries, {st.v.table, z->table_size}};
     c.st = st.v;
     c.w = w;
     return {};
@@ -379,4 +367,4 @@ class runner {
   sketch_layout layout_ = sketch_layout::packed;
 };
 
-}  // namespace gradcomp::tagc::parallel
+}  // namespace gradcomp::tagc::detail

@@ -22,11 +22,14 @@
 #include "parallel_sketch.hpp"
 #include "state.hpp"
 
-namespace gradcomp::tagc::parallel {
+namespace gradcomp::tagc {
 
 // Where the sketch phase's shard i starts: i r B (packed: the host codec's bytes) or i R B
 // (padded to the most rows, R = max_rows: a reduce-scatter needs no count from the device).
 enum class sketch_layout : std::uint8_t { packed, padded };
+
+namespace detail {
+
 
 // Every size a rank's buffers need, from (config, n, world).
 struct sizes {
@@ -38,12 +41,12 @@ struct sizes {
 
 inline result<sizes> sizes_for(const config& c, std::size_t n, std::uint32_t world) {
   if (status s = validate(c); !s) return s;
-  if (world == 0) return status{errc::invalid_argument, "TAGC state needs world >= 1 and rank < world"};
+  if (status s = tagc::detail::check_world(world, 0); !s) return s;
+  if (status s = tagc::detail::check_sizes(c, n, world); !s) return s;
   sizes z;
   z.n = n;
   z.world = world;
   z.shard_size = summable::shard_size(n, world);
-  if (z.shard_size > 0xffffffffu) return status{errc::count_too_large, "TAGC shards hold at most 2^32 - 1 elements"};
   z.wps = sketch::bitmap_words(z.shard_size);
   z.aligned = std::uint64_t{world} * z.wps;
   for (std::uint32_t i = 0; i < world; ++i) {
@@ -103,9 +106,9 @@ inline std::size_t carve_state(const sizes& z, std::byte* base, state_view& v) {
 inline std::size_t carve_work(const sizes& z, std::uint32_t max_rounds, std::size_t temp_bytes, std::byte* base, work_view& w,
                               std::byte*& temp) {
   carver m(base);
-  w.sel = m.take<tp::chunk_select>(z.world);
+  w.sel = m.take<sparsify::detail::chunk_select>(z.world);
   w.pass_count = m.take<counter>(z.world);
-  w.hist = m.take<counter>(std::uint64_t{z.world} * tp::max_bins);
+  w.hist = m.take<counter>(std::uint64_t{z.world} * sparsify::detail::max_bins);
   w.tile_ties = m.take<counter>(z.tiles);
   w.tally = m.take<counter>(1);
   w.first_bad = m.take<counter>(1);
@@ -131,13 +134,15 @@ inline std::size_t carve_work(const sizes& z, std::uint32_t max_rounds, std::siz
   return m.used();
 }
 
+}  // namespace detail
+
 // A rank's state in caller-owned (device) memory. The pointers are into that memory; `at` is
 // the call order, kept on the host.
 struct device_state {
   std::size_t size = 0;
   std::uint32_t world = 1, rank = 0;
   std::uint32_t codec_id = 0, select_id = 0;  // of the config that made it
-  state_view v{};
+  detail::state_view v{};
   stage at = stage::encode_bitmap;
   // The step's report (device memory): errors found on the device, r, the peel statistics.
   const step_report* report() const { return v.report; }
@@ -145,22 +150,23 @@ struct device_state {
   float* residual() const { return v.residual; }
 };
 
+namespace detail {
+
 // The per-shard plan and the rule::tagc table (host), uploaded by make_state.
 inline std::vector<shard_plan> make_plan(const config& c, const sizes& z) {
   std::vector<shard_plan> plan(z.world);
   std::uint64_t sample = 0, tiles = 0;
-  const std::size_t most = max_items(c, z.n, z.world);
   for (std::uint32_t i = 0; i < z.world; ++i) {
     const chunk_range r = summable::shard_of(z.n, z.world, i);
     plan[i].offset = r.offset;
-    plan[i].select = tp::plan_chunk(c.select, r.count);
+    plan[i].select = sparsify::detail::plan_chunk(c.select, r.count);
     plan[i].sample_offset = sample;
     plan[i].tile0 = tiles;
-    plan[i].max_items = most;
     sample += plan[i].select.sample;
     tiles += (r.count + tie_tile - 1) / tie_tile;
   }
   return plan;
 }
 
-}  // namespace gradcomp::tagc::parallel
+}  // namespace detail
+}  // namespace gradcomp::tagc

@@ -12,7 +12,7 @@
 
 #include "parallel.hpp"
 
-namespace gradcomp::tagc::parallel {
+namespace gradcomp::tagc::detail {
 
 // --- receive(0): the union checked, kept per shard, counted, r chosen, the cell index built.
 
@@ -26,8 +26,7 @@ struct check_tail {  // 1 thread
   context c;
   const std::uint32_t* in;
   GRADCOMP_HD void operator()(std::uint64_t) const {
-    const std::uint64_t words = sketch::bitmap_words(c.n);
-    if (words > 0 && (in[words - 1] & ~sketch::bitmap_tail_mask(c.n)) != 0) fail(c.st.report, errc::index_out_of_range);
+    if (!sketch::tail_is_clear(in, c.n)) fail(c.st.report, errc::index_out_of_range);
   }
 };
 
@@ -100,23 +99,24 @@ struct fullest_lane {  // a thread per lane counter
 };
 
 // 1 thread, after the exclusive scan of the popcounts (and the lane counts when block > 1):
-// each shard within its capacity, r from the fullest lane.
+// r from the union (union_rows: each shard within its capacity, the fullest lane).
 struct settle_union {
   context c;
   GRADCOMP_HD void operator()(std::uint64_t) const {
     std::uint64_t most = 0, total = 0;
     for (std::uint32_t i = 0; i < c.world; ++i) {
       const std::uint64_t items = c.w.word_items[(i + 1) * c.wps] - c.w.word_items[i * c.wps];
-      if (items > c.st.plan[i].max_items) {
-        fail(c.st.report, errc::count_too_large);
-        return;
-      }
       most = items > most ? items : most;
       total += items;
     }
+    const std::uint32_t rows = tagc::detail::union_rows(c.cfg, c.n == 0 ? 0 : c.shard_size, c.max_items, most,
+                                                        c.block > 1 ? c.w.lane_items[std::uint64_t{c.world} * c.lanes] : 0);
+    if (rows == 0) {
+      fail(c.st.report, errc::count_too_large);
+      return;
+    }
     step_report& r = *c.st.report;
-    const std::uint64_t fullest = c.block > 1 ? c.w.lane_items[std::uint64_t{c.world} * c.lanes] : most;
-    r.rows = rows_for(c.cfg, c.n == 0 ? 0 : c.shard_size, fullest);
+    r.rows = rows;
     r.sketch_cells = std::uint64_t{c.world} * r.rows * c.block;
     r.union_items = total;
   }
@@ -140,7 +140,7 @@ struct write_items {
     std::uint32_t item = c.w.word_items[v], block = 0xffffffffu;
     sketch::block_cells m;
     for (std::uint32_t word = c.w.aligned[v]; word != 0; word &= word - 1, ++item) {
-      const std::uint32_t e = first + gp::lowest_bit(word), b = e / c.block, lane = e - b * c.block;
+      const std::uint32_t e = first + sketch::parallel::lowest_bit(word), b = e / c.block, lane = e - b * c.block;
       if (b != block) {
         m = sketch::map_block(b, rows);
         block = b;
@@ -158,7 +158,7 @@ struct write_items {
 struct bounds {
   context c;
   GRADCOMP_HD void operator()(std::uint64_t p) const {
-    gp::cell_bounds(p, 3 * c.items, c.w.keys_out, static_cast<std::uint32_t>(c.cells()), c.w.start);
+    sketch::parallel::cell_bounds(p, 3 * c.items, c.w.keys_out, static_cast<std::uint32_t>(c.cells()), c.w.start);
   }
 };
 
@@ -218,7 +218,7 @@ struct encode_cells {
     const std::uint64_t i = p / stride, local = p - i * stride;
     float v = 0.0f;
     if (local < per)
-      v = gp::encode_cell(static_cast<std::uint32_t>(i * per + local), c.w.start, c.w.vals_out, c.w.elem, c.w.info,
+      v = sketch::parallel::encode_cell(static_cast<std::uint32_t>(i * per + local), c.w.start, c.w.vals_out, c.w.elem, c.w.info,
                           c.st.residual + c.st.plan[i].offset);
     if constexpr (sizeof(Cell) == sizeof(float)) {
       out[p] = v;
@@ -259,7 +259,7 @@ struct choose {
   std::uint32_t round;
   GRADCOMP_HD void operator()(std::uint64_t i) const {
     if (i < s.first_item(c) || i >= s.end_item(c)) return;
-    if (gp::choose_item(static_cast<std::uint32_t>(i), round, c.w.keys_in, c.w.info, c.w.live, c.w.cell_residual, c.w.peeled_in,
+    if (sketch::parallel::choose_item(static_cast<std::uint32_t>(i), round, c.w.keys_in, c.w.info, c.w.live, c.w.cell_residual, c.w.peeled_in,
                         c.w.value) &&
         c.w.progress[round] == 0)
       c.w.progress[round] = 1;  // (every writer stores the same value)
@@ -273,7 +273,7 @@ struct subtract {
   std::uint32_t round;
   GRADCOMP_HD void operator()(std::uint64_t cell) const {
     if (cell < s.first_cell(c) || cell >= s.end_cell(c)) return;
-    gp::subtract_cell(static_cast<std::uint32_t>(cell), round, c.w.start, c.w.vals_out, c.w.info, c.w.peeled_in, c.w.value,
+    sketch::parallel::subtract_cell(static_cast<std::uint32_t>(cell), round, c.w.start, c.w.vals_out, c.w.info, c.w.peeled_in, c.w.value,
                       c.w.live, c.w.cell_residual);
   }
 };
@@ -288,7 +288,7 @@ struct update_residual {
     float* x = c.st.residual + c.st.plan[i].offset;
     std::uint32_t item = c.w.word_items[v], peeled = 0;
     for (std::uint32_t word = c.w.aligned[v]; word != 0; word &= word - 1, ++item) {
-      const std::uint32_t e = first + gp::lowest_bit(word);
+      const std::uint32_t e = first + sketch::parallel::lowest_bit(word);
       const bool got = c.w.peeled_in[item] != 0;
       x[e] = feedback::residual::remainder({}, x[e], got ? c.w.value[item] : 0.0f);
       peeled += got ? 1u : 0u;
@@ -314,7 +314,7 @@ struct output_words {
     std::uint32_t item = c.w.word_items[v], peeled = 0;
     for (std::uint32_t word = c.w.aligned[v]; word != 0; word &= word - 1, ++item)
       if (c.w.peeled_in[item] != 0) {
-        o[gp::lowest_bit(word)] = c.w.value[item];
+        o[sketch::parallel::lowest_bit(word)] = c.w.value[item];
         ++peeled;
       }
     return {peeled != 0 ? 0u : no_segment, peeled};
@@ -340,4 +340,4 @@ struct advance_step {  // 1 thread
   GRADCOMP_HD void operator()(std::uint64_t) const { ++*c.st.step; }
 };
 
-}  // namespace gradcomp::tagc::parallel
+}  // namespace gradcomp::tagc::detail
