@@ -21,12 +21,13 @@
 
 #include "../core/byteio.hpp"
 #include "../core/crc32c.hpp"
+#include "../core/ids.hpp"
 #include "codec.hpp"
 
 namespace gradcomp::tagc {
 
 namespace checkpoint {
-inline constexpr std::uint32_t magic = 0x43544347u;  // bytes "GCTC"
+inline constexpr std::uint32_t magic = ids::tag::tagc_checkpoint;  // bytes "GCTC"
 inline constexpr std::uint16_t version = 1;
 inline constexpr std::size_t header_bytes = 56;
 }  // namespace checkpoint

@@ -10,6 +10,7 @@
 
 #include "../core/byteio.hpp"
 #include "../core/crc32c.hpp"
+#include "../core/ids.hpp"
 #include "../core/status.hpp"
 #include "../sketch/geometry.hpp"
 #include "../sparsify/threshold.hpp"
@@ -94,7 +95,7 @@ inline std::uint32_t crc_of(const std::byte* p, std::size_t n) { return crc32c(s
 // parameter, the peel bound. Ranks (and a checkpoint) must agree on it.
 inline std::uint32_t codec_id(const config& c) {
   std::byte rec[32] = {};
-  store_le<std::uint32_t>(rec, 0x43474154u);  // "TAGC"
+  store_le<std::uint32_t>(rec, ids::tag::tagc_codec);  // "TAGC"
   store_le<std::uint32_t>(rec + 4, 2);         // format version of the phases
   store_le<std::uint32_t>(rec + 8, c.block);
   rec[12] = static_cast<std::byte>(c.cells);
