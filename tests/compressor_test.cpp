@@ -101,7 +101,7 @@ TEST_CASE("exact top-k equals a sort-based reference, ties to the lower index") 
   cases.push_back({"large heavy tailed (sampled bracket)", test::heavy_tailed(300007, 12)});
   {
     // The strided sample sees only the large values: the bracket misleads, the fallback runs.
-    const std::size_t n = 100000, s = cpu::topk_selector::sample_size;
+    const std::size_t n = 100000, s = cpu::detail::topk_selector::sample_size;
     std::vector<float> fooled = test::heavy_tailed(n, 13, 1e-3f);
     for (std::size_t j = 0; j < s; ++j) fooled[j * n / s] = 1.0f + float(j % 7);
     cases.push_back({"sample-adversarial", fooled});

@@ -27,8 +27,8 @@
 namespace gradcomp {
 
 template <class Partitioner, class Sparsifier, class Quantizer, class Feedback>
-class compressor : public engine::composition<Partitioner, Sparsifier, Quantizer, Feedback> {
-  using base = engine::composition<Partitioner, Sparsifier, Quantizer, Feedback>;
+class compressor : public engine::detail::composition<Partitioner, Sparsifier, Quantizer, Feedback> {
+  using base = engine::detail::composition<Partitioner, Sparsifier, Quantizer, Feedback>;
 
  public:
   using typename base::config;
@@ -49,15 +49,15 @@ class compressor : public engine::composition<Partitioner, Sparsifier, Quantizer
   }
 
   // Workspace bytes for gradients of n elements (part of make_state()).
-  std::size_t workspace_bytes(std::size_t n) const { return cpu::executor::workspace_bytes(*this, n); }
+  std::size_t workspace_bytes(std::size_t n) const { return cpu::detail::executor::workspace_bytes(*this, n); }
 
   // --- Compression. Writes one frame per chunk, back to back; returns the bytes written and
   // advances st.step. `payload` must hold max_payload_bytes<T>(grad.size()). All checks come
   // first: on error, payload and state are untouched.
   template <gradient_element T>
   result<std::size_t> compress(std::span<const T> grad, state& st, std::span<std::byte> payload) const {
-    cpu::executor ex;
-    return engine::compress<T>(*this, ex, grad, st, payload);
+    cpu::detail::executor ex;
+    return engine::detail::compress<T>(*this, ex, grad, st, payload);
   }
 
   // One chunk's frame, for pipelining chunk i's send with chunk i + 1's compression. After
@@ -65,8 +65,8 @@ class compressor : public engine::composition<Partitioner, Sparsifier, Quantizer
   // max_frame_bytes(chunk<T>(n, i).count).
   template <gradient_element T>
   result<std::size_t> compress_chunk(std::size_t i, std::span<const T> grad, state& st, std::span<std::byte> frame) const {
-    cpu::executor ex;
-    return engine::compress<T>(*this, ex, grad, st, frame, &i);
+    cpu::detail::executor ex;
+    return engine::detail::compress<T>(*this, ex, grad, st, frame, &i);
   }
 
   void finish_step(state& st) const { ++st.step; }
@@ -77,13 +77,13 @@ class compressor : public engine::composition<Partitioner, Sparsifier, Quantizer
   // accumulate adds the decoded values to it.
   template <gradient_element T>
   status decompress(std::span<const std::byte> payload, std::span<T> out) const {
-    cpu::executor ex;
-    return engine::decode<T>(*this, ex, payload, out, false);
+    cpu::detail::executor ex;
+    return engine::detail::decode<T>(*this, ex, payload, out, false);
   }
   template <gradient_element T>
   status accumulate(std::span<const std::byte> payload, std::span<T> out) const {
-    cpu::executor ex;
-    return engine::decode<T>(*this, ex, payload, out, true);
+    cpu::detail::executor ex;
+    return engine::detail::decode<T>(*this, ex, payload, out, true);
   }
 };
 

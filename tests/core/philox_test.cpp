@@ -18,7 +18,7 @@ namespace {
 // random16_fill as the CPU version run_best() picks compiles it.
 void fill(std::uint32_t* out, std::uint64_t m0, std::size_t n, std::uint32_t seed, std::uint64_t step, std::uint32_t chunk,
           random_stream stream) {
-  cpu::run_best([&]() GRADCOMP_LOOP_BODY { random16_fill(out, m0, n, seed, step, chunk, stream); });
+  cpu::detail::run_best([&]() GRADCOMP_LOOP_BODY { random16_fill(out, m0, n, seed, step, chunk, stream); });
 }
 
 constexpr std::uint32_t sentinel = 0x5a5a5a5au;

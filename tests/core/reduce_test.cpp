@@ -61,7 +61,7 @@ TEST_CASE("tree_sum matches the documented order for every n, mixed magnitudes a
     float got[4];
     got[0] = tree_sum(x.data(), n);
     got[1] = tree_sum(x.data(), n, square);
-    cpu::run_best([&]() GRADCOMP_LOOP_BODY {  // the AVX2 build of the loops, where the CPU has it
+    cpu::detail::run_best([&]() GRADCOMP_LOOP_BODY {  // the AVX2 build of the loops, where the CPU has it
       got[2] = tree_sum(x.data(), n);
       got[3] = tree_sum(x.data(), n, square);
     });
@@ -88,7 +88,7 @@ TEST_CASE("max_abs") {
 
 TEST_CASE("compact_indices writes kept indices ascending and counts past capacity") {
   std::vector<std::byte> out(4 * 10);
-  const auto count = cpu::compact_indices(100, [](std::size_t i) { return i % 7 == 3; }, out.data(), 10);
+  const auto count = cpu::detail::compact_indices(100, [](std::size_t i) { return i % 7 == 3; }, out.data(), 10);
   CHECK(count == 14);
   for (std::size_t m = 0; m < 10; ++m) CHECK(load_le<std::uint32_t>(out.data() + 4 * m) == 7 * m + 3);
 }

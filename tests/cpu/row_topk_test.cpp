@@ -38,9 +38,9 @@ TEST_CASE("row top-k equals a per-row sort, ties to the lower index") {
       for (std::size_t k : {0u, 1u, 3u, 10u, 32u, 33u, 768u}) {
         CAPTURE(cols);
         CAPTURE(k);
-        std::vector<std::uint64_t> ws(cpu::row_topk_selector::workspace_bytes(cols) / 8);
+        std::vector<std::uint64_t> ws(cpu::detail::row_topk_selector::workspace_bytes(cols) / 8);
         std::vector<std::uint32_t> out(data->size());
-        cpu::row_topk_selector sel(std::as_writable_bytes(std::span(ws)), data->size(), cols, k);
+        cpu::detail::row_topk_selector sel(std::as_writable_bytes(std::span(ws)), data->size(), cols, k);
         std::size_t next = 0;
         bool in_order = true;
         const std::size_t kept = sel.select(

@@ -1,4 +1,4 @@
-// cpu::packed_stream packs and checksums as pack_bits and crc32c do; copy_tile copies exactly.
+// cpu::detail::packed_stream packs and checksums as pack_bits and crc32c do; copy_tile copies exactly.
 #include <gradcomp/cpu/stream.hpp>
 
 #include <doctest/doctest.h>
@@ -21,9 +21,9 @@ void check_packed_stream() {
   };
   std::vector<std::uint32_t> codes;  // masked, for pack_bits
   std::vector<std::byte> out(200000, std::byte{0xa5});
-  cpu::packed_stream<Code, Bits> writer(out.data(), false);
+  cpu::detail::packed_stream<Code, Bits> writer(out.data(), false);
   while (codes.size() < 100000) {
-    const std::size_t n = next() % 3 == 0 ? next() % 7 : next() % cpu::packed_stream<Code, Bits>::max_put + 1;
+    const std::size_t n = next() % 3 == 0 ? next() % 7 : next() % cpu::detail::packed_stream<Code, Bits>::max_put + 1;
     Code* room = writer.room();
     for (std::size_t i = 0; i < n; ++i) {
       room[i] = static_cast<Code>(next());

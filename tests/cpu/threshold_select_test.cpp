@@ -52,9 +52,9 @@ struct outcome {
 outcome run(const std::vector<std::uint32_t>& keys, const policy::config& c, float previous = 0.0f,
             std::uint64_t step = 7, std::uint32_t seed = 1234, std::uint32_t chunk = 3) {
   const std::size_t n = keys.size(), cap = policy::kept(c, n);
-  std::vector<std::uint64_t> ws(cpu::threshold_selector::workspace_bytes(c, n) / 8 + 1);
+  std::vector<std::uint64_t> ws(cpu::detail::threshold_selector::workspace_bytes(c, n) / 8 + 1);
   std::vector<std::uint32_t> out(cap + 1, 0xdeadbeefu);
-  cpu::threshold_selector sel(std::as_writable_bytes(std::span(ws)), c, n, seed, step, chunk, previous);
+  cpu::detail::threshold_selector sel(std::as_writable_bytes(std::span(ws)), c, n, seed, step, chunk, previous);
   std::size_t scanned = 0;
   bool in_order = true, ahead_ok = true;
   std::size_t ahead_calls = 0;

@@ -25,9 +25,9 @@ struct outcome {
 
 outcome run(const std::vector<std::uint32_t>& keys, std::size_t k) {
   const std::size_t n = keys.size();
-  std::vector<std::uint64_t> ws(cpu::topk_selector::workspace_bytes(n) / 8 + 1);
+  std::vector<std::uint64_t> ws(cpu::detail::topk_selector::workspace_bytes(n) / 8 + 1);
   std::vector<std::uint32_t> out(k + 1);
-  cpu::topk_selector sel(std::as_writable_bytes(std::span(ws)), n, k);
+  cpu::detail::topk_selector sel(std::as_writable_bytes(std::span(ws)), n, k);
   std::size_t scanned = 0, expect_next = 0;
   bool in_order = true, ahead_ok = true;
   std::size_t ahead_calls = 0;
@@ -70,7 +70,7 @@ TEST_CASE("radix fallback when the sample misleads or ties crowd the bracket") {
   CHECK(r.fallback);
   CHECK(r.indices == reference_topk(equal, 5000));
 
-  const std::size_t n = 200000, s = cpu::topk_selector::sample_size;
+  const std::size_t n = 200000, s = cpu::detail::topk_selector::sample_size;
   auto fooled = keys_of(test::heavy_tailed(n, 22, 1e-3f));
   for (std::size_t j = 0; j < s; ++j) fooled[j * n / s] = 0x3f800000u + static_cast<std::uint32_t>(j);
   for (std::size_t k : {100u, 40000u}) {

@@ -16,7 +16,7 @@
 
 using namespace gradcomp;
 using namespace gradcomp::test::sketch;
-namespace gp = gradcomp::sketch::parallel;
+namespace gp = gradcomp::sketch::detail;
 
 namespace {
 

@@ -1,6 +1,6 @@
 #pragma once
 // The CPU versions (cpu/dispatch.hpp) a test can run on this machine, and a scope that
-// limits cpu::run_best() to one of them, restored even when a REQUIRE fails.
+// limits cpu::detail::run_best() to one of them, restored even when a REQUIRE fails.
 #include <gradcomp/cpu/dispatch.hpp>
 
 #include <vector>

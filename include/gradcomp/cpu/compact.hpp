@@ -8,7 +8,7 @@
 
 #include "../core/byteio.hpp"
 
-namespace gradcomp::cpu {
+namespace gradcomp::cpu::detail {
 
 template <class Keep>
 std::size_t compact_indices(std::size_t n, Keep&& keep, std::byte* out, std::size_t capacity) {
@@ -22,4 +22,4 @@ std::size_t compact_indices(std::size_t n, Keep&& keep, std::byte* out, std::siz
   return count;
 }
 
-}  // namespace gradcomp::cpu
+}  // namespace gradcomp::cpu::detail

@@ -22,7 +22,7 @@
 #include "encode.hpp"
 #include "stream.hpp"
 
-namespace gradcomp::cpu {
+namespace gradcomp::cpu::detail {
 
 // The indices of a validated sparse frame, a block at a time, in value order: where[i] =
 // index of value m0 + i, i < n. Listed frames read their index section; random-k frames
@@ -111,4 +111,4 @@ void apply_frame(const typename C::config& cfg, const frame::header& h, const st
   if (streaming) detail::streaming_fence();
 }
 
-}  // namespace gradcomp::cpu
+}  // namespace gradcomp::cpu::detail

@@ -85,21 +85,25 @@ inline isa active_isa() {
   return limit < detected ? limit : detected;
 }
 
+namespace detail {
 template <class F>
 void run_best(F&& f) {
   switch (active_isa()) {
-    case isa::avx512: return detail::run_avx512(f);
-    case isa::avx2: return detail::run_avx2(f);
-    default: return detail::run_baseline(f);
+    case isa::avx512: return run_avx512(f);
+    case isa::avx2: return run_avx2(f);
+    default: return run_baseline(f);
   }
 }
+}  // namespace detail
 #else
 inline isa active_isa() { return isa::baseline; }
 
+namespace detail {
 template <class F>
 void run_best(F&& f) {
   f();
 }
+}  // namespace detail
 #endif
 
 }  // namespace gradcomp::cpu

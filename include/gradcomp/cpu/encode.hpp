@@ -15,7 +15,7 @@
 #include "dispatch.hpp"
 #include "stream.hpp"
 
-namespace gradcomp::cpu {
+namespace gradcomp::cpu::detail {
 
 // Values per block of encode_values() when the quantizer has no groups.
 inline constexpr std::size_t ungrouped_block = 1024;
@@ -97,4 +97,4 @@ std::uint32_t encode_values(const value_section<Quantizer>& s, Load&& load, Keep
   return crc;
 }
 
-}  // namespace gradcomp::cpu
+}  // namespace gradcomp::cpu::detail

@@ -23,7 +23,7 @@
 #include "threshold_select.hpp"
 #include "topk_select.hpp"
 
-namespace gradcomp::cpu {
+namespace gradcomp::cpu::detail {
 
 struct executor {
   using state_type = state;
@@ -66,11 +66,11 @@ struct executor {
     return {};
   }
   template <class C, class T>
-  status check_memory(const C&, std::span<const T>, const engine::chunk_span&, std::span<std::byte>) const {
+  status check_memory(const C&, std::span<const T>, const engine::detail::chunk_span&, std::span<std::byte>) const {
     return {};  // the state's workspace was checked with it; the payload may have any alignment
   }
   template <class C, class T>
-  status reject_non_finite(const C& comp, std::span<const T> grad, const engine::chunk_span& chunks) const {
+  status reject_non_finite(const C& comp, std::span<const T> grad, const engine::detail::chunk_span& chunks) const {
     for (std::size_t i = chunks.first; i < chunks.first + chunks.count; ++i) {
       const chunk_range r = comp.template chunk<T>(grad.size(), i);
       for (std::size_t j = r.offset; j < r.offset + r.count; ++j)
@@ -85,7 +85,7 @@ struct executor {
     std::span<const T> grad;
     state& st;
     std::span<std::byte> payload;
-    engine::chunk_span chunks;
+    engine::detail::chunk_span chunks;
     bool streaming;            // non-temporal stores: the frames together would not stay in cache
     std::size_t written = 0;   // payload bytes so far
     frame::header h{};         // the current chunk's frame
@@ -95,7 +95,7 @@ struct executor {
 
   template <class C, class T>
   compress_job<C, T> start_compress(const C& comp, std::span<const T> grad, state& st, std::span<std::byte> payload,
-                                    const engine::chunk_span& chunks) const {
+                                    const engine::detail::chunk_span& chunks) const {
     return {comp, grad, st, payload, chunks, streaming_stores(comp.get_config().stores, chunks.payload_bytes)};
   }
   template <class J>
@@ -203,7 +203,7 @@ struct executor {
   status validate_frames(decode_job<C, T>& job) const {
     std::size_t dense = 0;  // elements the frames cover
     for (std::size_t at = 0; at < job.payload.size();) {
-      const auto h = engine::check_frame(job.comp, job.payload.subspan(at), job.out.size());
+      const auto h = engine::detail::check_frame(job.comp, job.payload.subspan(at), job.out.size());
       if (!h) return h.error();
       dense += h->dense_count;
       at += h->frame_bytes();
@@ -249,7 +249,7 @@ struct executor {
     float* e = F::has_state ? job.st.residual.data() + h.element_offset : nullptr;
     float* u = C::has_momentum ? job.st.momentum.data() + h.element_offset : nullptr;
     const auto& fc = job.comp.get_config().feedback;
-    return engine::element_feedback<F, T>{fc, g, e, u, engine::clip_factor<F>(fc, g, h.dense_count)};
+    return engine::detail::element_feedback<F, T>{fc, g, e, u, engine::detail::clip_factor<F>(fc, g, h.dense_count)};
   }
 
   // Selects the chunk's sent elements into idx; returns their count. With feedback the
@@ -287,4 +287,4 @@ struct executor {
   }
 };
 
-}  // namespace gradcomp::cpu
+}  // namespace gradcomp::cpu::detail

@@ -9,7 +9,7 @@
 
 #include "../core/config.hpp"
 
-namespace gradcomp::cpu {
+namespace gradcomp::cpu::detail {
 
 // How far ahead, in values, the streaming loops ask for their inputs (4 KiB of fp32).
 inline constexpr std::size_t prefetch_values_ahead = 1024;
@@ -35,4 +35,4 @@ struct no_prefetch {
   void operator()(std::size_t, std::size_t) const {}
 };
 
-}  // namespace gradcomp::cpu
+}  // namespace gradcomp::cpu::detail

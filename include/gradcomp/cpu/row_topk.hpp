@@ -16,7 +16,7 @@
 
 #include "dispatch.hpp"
 
-namespace gradcomp::cpu {
+namespace gradcomp::cpu::detail {
 
 class row_topk_selector {
  public:
@@ -149,4 +149,4 @@ class row_topk_selector {
   std::uint32_t guess_ = 0;
 };
 
-}  // namespace gradcomp::cpu
+}  // namespace gradcomp::cpu::detail

@@ -19,9 +19,8 @@
 #include <emmintrin.h>
 #endif
 
-namespace gradcomp::cpu {
+namespace gradcomp::cpu::detail {
 
-namespace detail {
 // memcpy, or with non-temporal 16-byte stores (SSE2: every x86-64 CPU) when `streaming`.
 inline void copy_tile(std::byte* dst, const std::byte* src, std::size_t bytes, bool streaming) {
 #if defined(__SSE2__)
@@ -46,7 +45,6 @@ inline void streaming_fence() {
   _mm_sfence();
 #endif
 }
-}  // namespace detail
 
 // Writes a stream of Bits-bit codes packed as by pack_bits, appended a block at a time
 // (blocks need not end on a byte boundary): the caller writes up to max_put codes at room()
@@ -153,4 +151,4 @@ class packed_stream {
   std::uint32_t crc_ = 0;
 };
 
-}  // namespace gradcomp::cpu
+}  // namespace gradcomp::cpu::detail

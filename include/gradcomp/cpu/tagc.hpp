@@ -1,7 +1,7 @@
 #pragma once
 // The CPU executor of TAGC's phases (tagc/codec.hpp runs them after its checks): one shard at
 // a time, on the calling thread, in the state's workspace. The threshold search is
-// cpu::threshold_selector's (fused with x = g + e), the sketch and its peel are sketch/'s host
+// cpu::detail::threshold_selector's (fused with x = g + e), the sketch and its peel are sketch/'s host
 // functions (a frontier peel, no per-round passes). The rules they share with the parallel
 // form (tagc/parallel*.hpp) are the functions of tagc/flow.hpp, sketch/ and
 // sparsify/threshold_search.hpp; tests/tagc/parallel_test.cpp holds the two to the same bytes.
@@ -23,7 +23,7 @@ namespace gradcomp::cpu::detail {
 // Byte offsets of the workspace's arrays (8-byte aligned), for a buffer of n elements over
 // `world` ranks.
 struct tagc_layout {
-  std::size_t selector = 0;    // cpu::threshold_selector of one shard
+  std::size_t selector = 0;    // cpu::detail::threshold_selector of one shard
   std::size_t kept = 0;        // u32 kept indices of one shard
   std::size_t shard_bits = 0;  // u32 bitmap of one shard of the union
   std::size_t lanes = 0;       // u32 union positions per lane of one shard

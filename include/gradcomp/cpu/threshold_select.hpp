@@ -7,7 +7,7 @@
 //   - A pass counts the keys >= T, writing the first cap indices; the first pass is the scan,
 //     fused with the caller's per-element work.
 //   - ranking: the exact top-k of the chunk (k values, ties to the lower index) with
-//     cpu::topk_selector, so the kept count never exceeds cap.
+//     cpu::detail::topk_selector, so the kept count never exceeds cap.
 // Output indices are ascending u32. The result is a function of the keys, (seed, step, chunk)
 // and previous: the same as the parallel form's.
 
@@ -25,7 +25,7 @@
 #include "prefetch.hpp"
 #include "topk_select.hpp"
 
-namespace gradcomp::cpu {
+namespace gradcomp::cpu::detail {
 
 class threshold_selector {
  public:
@@ -212,4 +212,4 @@ class threshold_selector {
   bool used_fallback_ = false;
 };
 
-}  // namespace gradcomp::cpu
+}  // namespace gradcomp::cpu::detail

@@ -31,9 +31,8 @@
 #include <emmintrin.h>
 #endif
 
-namespace gradcomp::cpu {
+namespace gradcomp::cpu::detail {
 
-namespace detail {
 // Bit j set where keys[j] >= lo, j < 16. Keys are |x| bit patterns (below 2^31), and callers
 // pass lo <= 2^31 - 1, so signed compares order them; with SSE2 that is four compares and
 // four movemasks instead of 16 scalar tests (compilers do not vectorise the portable loop).
@@ -50,7 +49,6 @@ inline std::uint32_t keys_at_least(const std::uint32_t* keys, std::uint32_t lo) 
 #endif
   return hits;
 }
-}  // namespace detail
 
 class topk_selector {
  public:
@@ -244,4 +242,4 @@ class topk_selector {
   bool used_fallback_ = false;
 };
 
-}  // namespace gradcomp::cpu
+}  // namespace gradcomp::cpu::detail

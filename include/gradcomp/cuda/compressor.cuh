@@ -92,7 +92,7 @@ template <gradient_element T, class C>
 status compress(const C& comp, const executor& ex, std::span<const T> grad, const device_state& st,
                 std::span<std::byte> payload, report* out) {
   detail::device_executor device(ex, out);
-  return engine::compress<T>(comp, device, grad, st, payload);
+  return engine::detail::compress<T>(comp, device, grad, st, payload);
 }
 
 // Convenience: the same, then waits for the stream and returns the payload size (or the
@@ -124,12 +124,12 @@ std::size_t decode_workspace_bytes(const C& comp, std::size_t n, std::size_t fra
 template <gradient_element T, class C>
 status decompress(const C& comp, const executor& ex, std::span<const std::byte> payload, std::span<T> out, report* rep) {
   detail::device_executor device(ex, rep);
-  return engine::decode<T>(comp, device, payload, out, false);
+  return engine::detail::decode<T>(comp, device, payload, out, false);
 }
 template <gradient_element T, class C>
 status accumulate(const C& comp, const executor& ex, std::span<const std::byte> payload, std::span<T> out, report* rep) {
   detail::device_executor device(ex, rep);
-  return engine::decode<T>(comp, device, payload, out, true);
+  return engine::detail::decode<T>(comp, device, payload, out, true);
 }
 
 namespace detail {
@@ -137,7 +137,7 @@ template <gradient_element T, class C>
 status decode_sync(const C& comp, const executor& ex, std::span<const std::byte> payload, std::span<T> out, bool add) {
   const decode_space ws = carve_decode<C>(ex.workspace.data(), 0, 0);
   device_executor device(ex, ws.internal);
-  if (auto s = engine::decode<T>(comp, device, payload, out, add); !s) return s;
+  if (auto s = engine::detail::decode<T>(comp, device, payload, out, add); !s) return s;
   report r;
   return wait_for(ws.internal, ex.stream, r);
 }

@@ -53,7 +53,7 @@ class device_executor {
     return {};
   }
   template <class C, class T>
-  status check_memory(const C& comp, std::span<const T> grad, const engine::chunk_span& chunks,
+  status check_memory(const C& comp, std::span<const T> grad, const engine::detail::chunk_span& chunks,
                       std::span<std::byte> payload) const {
     if (!chunks.whole_buffer) return {errc::invalid_argument, "gradcomp::cuda compresses whole buffers (no compress_chunk)"};
     const host_plan p = plan_on_host<C, T>(comp, grad.size());
@@ -66,14 +66,14 @@ class device_executor {
   }
   // Checked on the device, in start_compress (the control block it writes to is zeroed there).
   template <class C, class T>
-  status reject_non_finite(const C&, std::span<const T>, const engine::chunk_span&) {
+  status reject_non_finite(const C&, std::span<const T>, const engine::detail::chunk_span&) {
     check_finite_ = true;
     return {};
   }
 
   template <class C, class T>
   compress_args<C, T> start_compress(const C& comp, std::span<const T> grad, const device_state& st,
-                                     std::span<std::byte> payload, const engine::chunk_span&) {
+                                     std::span<std::byte> payload, const engine::detail::chunk_span&) {
     const std::size_t n = grad.size();
     const host_plan p = plan_on_host<C, T>(comp, n);
     compress_args<C, T> a{comp.get_config(), comp.codec_id(), dtype_of<T>, n, p.chunks, p.total,

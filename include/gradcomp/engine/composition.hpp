@@ -19,7 +19,7 @@
 #include "../core/status.hpp"
 #include "../cpu/stores.hpp"
 
-namespace gradcomp::engine {
+namespace gradcomp::engine::detail {
 
 template <class Partitioner, class Sparsifier, class Quantizer, class Feedback>
 class composition {
@@ -250,4 +250,4 @@ class composition {
   config cfg_{};
 };
 
-}  // namespace gradcomp::engine
+}  // namespace gradcomp::engine::detail

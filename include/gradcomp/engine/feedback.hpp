@@ -13,7 +13,7 @@
 #include "../core/reduce.hpp"
 #include "../core/rounding.hpp"
 
-namespace gradcomp::engine {
+namespace gradcomp::engine::detail {
 GRADCOMP_PRECISE_BEGIN
 
 template <class Feedback, class T>
@@ -87,4 +87,4 @@ float clip_factor(const typename Feedback::config& cfg, const T* g, std::size_t 
 }
 
 GRADCOMP_PRECISE_END
-}  // namespace gradcomp::engine
+}  // namespace gradcomp::engine::detail

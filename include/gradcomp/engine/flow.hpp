@@ -5,7 +5,7 @@
 // order, and which phases run. CUB's split is the model: the public call (compressor<>,
 // cuda::compress) -> this flow -> the executor's kernels.
 //
-// Executor contract (cpu::executor, cuda::detail::device_executor):
+// Executor contract (cpu::detail::executor, cuda::detail::device_executor):
 //   state_type                                  what outlives a step (host or device memory)
 //   check_state(comp, st, n) -> status          st serves a gradient of n elements
 //   check_memory(comp, grad, chunks, payload) -> status   workspace, alignment, report
@@ -33,7 +33,7 @@
 #include "../core/numeric.hpp"
 #include "../core/status.hpp"
 
-namespace gradcomp::engine {
+namespace gradcomp::engine::detail {
 
 // The chunks a compress call writes: [first, first + count) of the plan; the whole buffer's
 // plan (compress) advances the step, one chunk (compress_chunk) does not.
@@ -104,4 +104,4 @@ status decode(const C& comp, Exec& ex, std::span<const std::byte> payload, std::
   return ex.finish_decode(job);
 }
 
-}  // namespace gradcomp::engine
+}  // namespace gradcomp::engine::detail

@@ -12,11 +12,12 @@
 
 #include "../core/bits.hpp"
 #include "../core/byteio.hpp"
+#include "../core/concepts.hpp"
 #include "../core/frame.hpp"
 #include "../core/index_codec.hpp"
 #include "../core/status.hpp"
 
-namespace gradcomp::engine {
+namespace gradcomp::engine::detail {
 
 // The sections of frame f (header h already parsed, CRC and header checked) for composition C.
 template <class C>
@@ -55,4 +56,4 @@ result<frame::header> check_frame(const C& comp, std::span<const std::byte> byte
   return h;
 }
 
-}  // namespace gradcomp::engine
+}  // namespace gradcomp::engine::detail

@@ -31,7 +31,7 @@
 #include "geometry.hpp"
 #include "peel.hpp"
 
-namespace gradcomp::sketch::parallel {
+namespace gradcomp::sketch::detail {
 
 GRADCOMP_HD inline std::uint32_t lowest_bit(std::uint32_t word) {
 #if GRADCOMP_DEVICE_CODE
@@ -149,4 +149,4 @@ GRADCOMP_HD inline std::uint32_t output_word(std::size_t w, std::size_t count, c
   return peeled;
 }
 
-}  // namespace gradcomp::sketch::parallel
+}  // namespace gradcomp::sketch::detail

@@ -168,7 +168,7 @@ struct start_step {  // 1 thread
 };
 
 // Sample entry m: shard i's entries are runs of `run` keys of x = combine(g, e) from positions
-// drawn as cpu::threshold_selector draws them (key = state key and step, chunk = i).
+// drawn as cpu::detail::threshold_selector draws them (key = state key and step, chunk = i).
 struct draw_sample {
   context c;
   const float* grad;

@@ -140,7 +140,7 @@ struct write_items {
     std::uint32_t item = c.w.word_items[v], block = 0xffffffffu;
     sketch::block_cells m;
     for (std::uint32_t word = c.w.aligned[v]; word != 0; word &= word - 1, ++item) {
-      const std::uint32_t e = first + sketch::parallel::lowest_bit(word), b = e / c.block, lane = e - b * c.block;
+      const std::uint32_t e = first + sketch::detail::lowest_bit(word), b = e / c.block, lane = e - b * c.block;
       if (b != block) {
         m = sketch::map_block(b, rows);
         block = b;
@@ -158,7 +158,7 @@ struct write_items {
 struct bounds {
   context c;
   GRADCOMP_HD void operator()(std::uint64_t p) const {
-    sketch::parallel::cell_bounds(p, 3 * c.items, c.w.keys_out, static_cast<std::uint32_t>(c.cells()), c.w.start);
+    sketch::detail::cell_bounds(p, 3 * c.items, c.w.keys_out, static_cast<std::uint32_t>(c.cells()), c.w.start);
   }
 };
 
@@ -218,7 +218,7 @@ struct encode_cells {
     const std::uint64_t i = p / stride, local = p - i * stride;
     float v = 0.0f;
     if (local < per)
-      v = sketch::parallel::encode_cell(static_cast<std::uint32_t>(i * per + local), c.w.start, c.w.vals_out, c.w.elem, c.w.info,
+      v = sketch::detail::encode_cell(static_cast<std::uint32_t>(i * per + local), c.w.start, c.w.vals_out, c.w.elem, c.w.info,
                           c.st.residual + c.st.plan[i].offset);
     if constexpr (sizeof(Cell) == sizeof(float)) {
       out[p] = v;
@@ -259,7 +259,7 @@ struct choose {
   std::uint32_t round;
   GRADCOMP_HD void operator()(std::uint64_t i) const {
     if (i < s.first_item(c) || i >= s.end_item(c)) return;
-    if (sketch::parallel::choose_item(static_cast<std::uint32_t>(i), round, c.w.keys_in, c.w.info, c.w.live, c.w.cell_residual, c.w.peeled_in,
+    if (sketch::detail::choose_item(static_cast<std::uint32_t>(i), round, c.w.keys_in, c.w.info, c.w.live, c.w.cell_residual, c.w.peeled_in,
                         c.w.value) &&
         c.w.progress[round] == 0)
       c.w.progress[round] = 1;  // (every writer stores the same value)
@@ -273,7 +273,7 @@ struct subtract {
   std::uint32_t round;
   GRADCOMP_HD void operator()(std::uint64_t cell) const {
     if (cell < s.first_cell(c) || cell >= s.end_cell(c)) return;
-    sketch::parallel::subtract_cell(static_cast<std::uint32_t>(cell), round, c.w.start, c.w.vals_out, c.w.info, c.w.peeled_in, c.w.value,
+    sketch::detail::subtract_cell(static_cast<std::uint32_t>(cell), round, c.w.start, c.w.vals_out, c.w.info, c.w.peeled_in, c.w.value,
                       c.w.live, c.w.cell_residual);
   }
 };
@@ -288,7 +288,7 @@ struct update_residual {
     float* x = c.st.residual + c.st.plan[i].offset;
     std::uint32_t item = c.w.word_items[v], peeled = 0;
     for (std::uint32_t word = c.w.aligned[v]; word != 0; word &= word - 1, ++item) {
-      const std::uint32_t e = first + sketch::parallel::lowest_bit(word);
+      const std::uint32_t e = first + sketch::detail::lowest_bit(word);
       const bool got = c.w.peeled_in[item] != 0;
       x[e] = feedback::residual::remainder({}, x[e], got ? c.w.value[item] : 0.0f);
       peeled += got ? 1u : 0u;
@@ -314,7 +314,7 @@ struct output_words {
     std::uint32_t item = c.w.word_items[v], peeled = 0;
     for (std::uint32_t word = c.w.aligned[v]; word != 0; word &= word - 1, ++item)
       if (c.w.peeled_in[item] != 0) {
-        o[sketch::parallel::lowest_bit(word)] = c.w.value[item];
+        o[sketch::detail::lowest_bit(word)] = c.w.value[item];
         ++peeled;
       }
     return {peeled != 0 ? 0u : no_segment, peeled};

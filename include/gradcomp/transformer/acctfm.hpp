@@ -64,7 +64,7 @@ status accumulate_gathered(const C& comp, std::span<const std::byte> gathered, s
       const std::span<const std::byte> slot = gathered.subspan(r0, slot_bytes);
       std::size_t used = 0;
       for (std::size_t i = 0; i < frames; ++i) {
-        const auto h = pass == 0 ? engine::check_frame(comp, slot.subspan(used), out.size())
+        const auto h = pass == 0 ? engine::detail::check_frame(comp, slot.subspan(used), out.size())
                                  : frame::parse_header(slot.data() + used, slot.size() - used);
         if (!h) return h.error();
         used += h->frame_bytes();

@@ -17,7 +17,7 @@
 //
 // Gather path: payloads differ per rank; the transport all-gathers them and each receiver
 // accumulates them all (one call over the concatenation). Decoding checks every frame of the
-// call before writing anything (engine::check_frame).
+// call before writing anything (engine::detail::check_frame).
 
 #include <array>
 #include <cstddef>
@@ -352,7 +352,7 @@ class router {
     if (auto s = validate(); !s) return s;
     if (out.size() < layout_.extent()) return {errc::size_mismatch, "buffer smaller than the layout's extent"};
     const auto check = [&](std::size_t t, std::size_t s, std::span<const std::byte> f) {
-      return visit(s, [&](const auto& c) { return engine::check_frame(c, f, layout_[t].elements()); });
+      return visit(s, [&](const auto& c) { return engine::detail::check_frame(c, f, layout_[t].elements()); });
     };
     const auto peek = [](std::size_t, std::size_t, std::span<const std::byte> f) {
       return frame::parse_header(f.data(), f.size());
@@ -379,7 +379,7 @@ class router {
         if (s == npos) return {errc::codec_mismatch, "frame codec id is none of the router's slots"};
         const std::span<const std::byte> f = frames.subspan(at, peek->frame_bytes());
         if (pass == 0) {
-          const auto h = visit(s, [&](const auto& c) { return engine::check_frame(c, f, layout_[t].elements()); });
+          const auto h = visit(s, [&](const auto& c) { return engine::detail::check_frame(c, f, layout_[t].elements()); });
           if (!h) return h.error();
         } else if (auto r = apply(t, s, f, out, add); !r) {
           return r;
