@@ -85,6 +85,12 @@ class compressor : public engine::detail::composition<Partitioner, Sparsifier, Q
     cpu::detail::executor ex;
     return engine::detail::decode<T>(*this, ex, payload, out, true);
   }
+  // Every check of decompress into a buffer of n elements, without writing anything: for a
+  // caller that must know several payloads good before it decodes any.
+  status check(std::span<const std::byte> payload, std::size_t n) const {
+    cpu::detail::executor ex;
+    return engine::detail::check(*this, ex, payload, n);
+  }
 };
 
 }  // namespace gradcomp

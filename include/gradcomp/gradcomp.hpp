@@ -33,6 +33,8 @@
 #include "quantize/qsgd.hpp"
 #include "quantize/sign.hpp"
 #include "quantize/terngrad.hpp"
+#include "sharded/checkpoint.hpp"
+#include "sharded/codec.hpp"
 #include "sketch/bitmap.hpp"
 #include "sketch/count_sketch.hpp"
 #include "sketch/geometry.hpp"

@@ -199,18 +199,26 @@ struct executor {
     return {comp, payload, out, add};
   }
 
-  template <class C, class T>
-  status validate_frames(decode_job<C, T>& job) const {
-    std::size_t dense = 0;  // elements the frames cover
-    for (std::size_t at = 0; at < job.payload.size();) {
-      const auto h = engine::detail::check_frame(job.comp, job.payload.subspan(at), job.out.size());
+  // Every frame of `payload` checked for a buffer of n elements; the elements they cover.
+  template <class C>
+  result<std::size_t> check_frames(const C& comp, std::span<const std::byte> payload, std::size_t n) const {
+    std::size_t dense = 0;
+    for (std::size_t at = 0; at < payload.size();) {
+      const auto h = engine::detail::check_frame(comp, payload.subspan(at), n);
       if (!h) return h.error();
       dense += h->dense_count;
       at += h->frame_bytes();
     }
+    return dense;
+  }
+
+  template <class C, class T>
+  status validate_frames(decode_job<C, T>& job) const {
+    const result<std::size_t> dense = check_frames(job.comp, job.payload, job.out.size());
+    if (!dense) return dense.error();
     // A dense decompress stores non-temporally when all it writes would not stay in cache,
     // even if each frame's part would.
-    job.streaming = streaming_stores(job.comp.get_config().stores, dense * sizeof(T));
+    job.streaming = streaming_stores(job.comp.get_config().stores, *dense * sizeof(T));
     return {};
   }
 

@@ -104,4 +104,14 @@ status decode(const C& comp, Exec& ex, std::span<const std::byte> payload, std::
   return ex.finish_decode(job);
 }
 
+// decode's checks of `payload` for a buffer of n elements, nothing written (a host executor's
+// check_frames).
+template <class C, class Exec>
+status check(const C& comp, Exec& ex, std::span<const std::byte> payload, std::size_t n) {
+  if (auto s = comp.validate(); !s) return s;
+  if (payload.empty()) return {errc::truncated, "empty payload"};
+  const result<std::size_t> covered = ex.check_frames(comp, payload, n);
+  return covered ? status{} : covered.error();
+}
+
 }  // namespace gradcomp::engine::detail

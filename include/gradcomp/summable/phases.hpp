@@ -44,6 +44,7 @@ enum class wire_type : std::uint8_t {
 enum class aggregation : std::uint8_t {
   gather,    // payloads differ per rank: all-gather them, decode and accumulate each
   summable,  // payloads may be reduced element-wise by the transport, in phases
+  sharded,   // per-shard payloads, moved by all-to-all (and all-gather): sharded/codec.hpp
 };
 
 constexpr std::size_t wire_bytes(wire_type t) { return t == wire_type::bf16 || t == wire_type::f16 ? 2 : 4; }
