@@ -226,7 +226,7 @@ TEST_CASE("chunks are independent frames: compress_chunk + per-frame decode == w
   CHECK(whole == from_frames);
 }
 
-TEST_CASE("decompress overwrites only the chunks present; unsent elements of a chunk become 0") {
+TEST_CASE("decompress overwrites only the chunks present, unsent elements of a chunk become 0") {
   using C = compressor<partition::chunks, sparsify::topk, quantize::none, feedback::none>;
   C comp({.partition = {.chunk_bytes = 400}, .sparsify = {.density = 0.1}});
   const auto g = test::heavy_tailed(250, 6);

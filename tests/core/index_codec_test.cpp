@@ -179,7 +179,7 @@ TEST_CASE("every delta width up to 32, and a wider width than needed") {
   CHECK(decode(index_format::delta, section, 4, 5) == idx);
 }
 
-TEST_CASE("choose() picks the smallest; ties go to u32_list, then delta, then bitmap") {
+TEST_CASE("choose() picks the smallest, ties go to u32_list, then delta, then bitmap") {
   // Exact ties: 8 bytes each for u32 {0, 1} (delta: width 0, 8 bytes) and a 64-bit bitmap.
   idx_t two = {0, 1};
   CHECK(indices::choose(two.data(), 2, 64).format == index_format::u32_list);

@@ -152,7 +152,7 @@ TEST_CASE("a large dense decompress writes the baseline's floats at each output 
   check_large_decompress(compressor<partition::chunks, sparsify::dense, quantize::bf16, feedback::none>{}, g);
 }
 
-TEST_CASE("config::stores: the output size decides by default; streaming and cached say always and never") {
+TEST_CASE("config::stores: the output size decides by default, streaming and cached say always and never") {
   using cpu::stores;
   CHECK(!cpu::streaming_stores(stores::automatic, cpu::streaming_store_bytes - 1));
   CHECK(cpu::streaming_stores(stores::automatic, cpu::streaming_store_bytes));

@@ -323,7 +323,7 @@ TEST_CASE("DGC with the previous step's threshold on the same data takes one pas
   }
 }
 
-TEST_CASE("k = n keeps everything; tiny chunks") {
+TEST_CASE("k = n keeps everything, tiny chunks") {
   const auto keys = keys_of(test::heavy_tailed(1000, 81));
   for (rule estimate : {rule::dgc, rule::tagc}) {
     const auto all = run(keys, make(estimate, 1.0));

@@ -273,7 +273,7 @@ TEST_CASE("tagc on the GPU: the exact top-k with ties cut by index, and sparse g
     }
 }
 
-TEST_CASE("tagc on the GPU: a bad union is reported and stops the step; checkpoints match the host's") {
+TEST_CASE("tagc on the GPU: a bad union is reported and stops the step, checkpoints match the host's") {
   gt::config c;
   c.bitmap = gt::bitmap_mode::sum_safe;
   const std::size_t n = 10007;

@@ -50,7 +50,7 @@ TEST_CASE("residual with a scale: sent + e' == g + s e, element by element, for 
   CHECK(C({.feedback = {.scale = INFINITY}}).validate() == errc::invalid_argument);
 }
 
-TEST_CASE("momentum: u = m u + g, v = v + u; sent positions masked (u = 0, v = x - sent)") {
+TEST_CASE("momentum: u = m u + g, v = v + u, sent positions masked (u = 0, v = x - sent)") {
   using C = compressor<partition::chunks, sparsify::topk, quantize::bf16, feedback::momentum>;
   const std::size_t n = 30000;
   const C comp({.partition = {.chunk_bytes = 4 * 8192}, .sparsify = {.density = 0.01}, .feedback = {.factor = 0.9f}});

@@ -73,7 +73,7 @@ TEST_CASE("natural: every code round-trips") {
   for (std::size_t i = 0; i < x.size(); ++i) CHECK(float_bits(d[i]) == float_bits(x[i]));
 }
 
-TEST_CASE("natural: each draw is a neighbouring power of two; unbiased; variance <= x^2 / 8") {
+TEST_CASE("natural: each draw is a neighbouring power of two, unbiased, variance <= x^2 / 8") {
   auto x = test::heavy_tailed(256, 5, 1.0f);
   x[0] = 1.0f + 1.0f / 3;  // p = 1/3: the largest relative variance, exactly 1/8
   x[1] = -0x1.555556p-20f;

@@ -207,7 +207,7 @@ TEST_CASE("sharded: error feedback conserves on both stages: delivered + owed ==
   }
 }
 
-TEST_CASE("sharded: ranks and shards draw independent random numbers; runs repeat bit for bit") {
+TEST_CASE("sharded: ranks and shards draw independent random numbers, runs repeat bit for bit") {
   const std::size_t n = 8192;
   const std::vector<std::vector<float>> same(2, values(n, 3));
   ranks<qsgd4> a(sh::codec<qsgd4>(qsgd4{}), n, 2), b(sh::codec<qsgd4>(qsgd4{}), n, 2);
@@ -310,7 +310,7 @@ TEST_CASE("sharded: bad gathered slots leave every shard of the output untouched
   CHECK(t.codec.receive<float>(1, t.st[0], all, std::span<float>(out).first(n - 1)) == errc::size_mismatch);
 }
 
-TEST_CASE("sharded: a checkpoint resumes byte for byte; an elastic restore keeps what feedback owes") {
+TEST_CASE("sharded: a checkpoint resumes byte for byte, an elastic restore keeps what feedback owes") {
   const std::size_t n = 6007;
   const auto comp = topk_exact({.sparsify = {.density = 0.05}});
   const sh::codec<topk_exact> c(comp, sh::mode::all_reduce);

@@ -153,7 +153,7 @@ double rel_l2(const std::vector<double>& a, const std::vector<double>& ref) {
 
 }  // namespace
 
-TEST_CASE("sketch bitmap: 1-bit bitmaps summed as uint8 bytes corrupt the union; OR and sum-safe do not") {
+TEST_CASE("sketch bitmap: 1-bit bitmaps summed as uint8 bytes corrupt the union, OR and sum-safe do not") {
   const std::size_t count = 8192;
   for (std::uint32_t world : {2u, 4u, 8u}) {
     // Correlated gradients (a shared signal plus a per-rank part), each rank keeping its

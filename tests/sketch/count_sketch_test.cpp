@@ -108,7 +108,7 @@ std::vector<float> naive_encode(const gs::geometry& g, const std::vector<float>&
 
 }  // namespace
 
-TEST_CASE("sketch encode: matches the specification; bf16 cells are the rounded fp32 cells") {
+TEST_CASE("sketch encode: matches the specification, bf16 cells are the rounded fp32 cells") {
   for (std::uint32_t block : {8u, 24u, 64u, 1024u}) {
     const std::size_t count = 50003;
     const auto bm = random_bitmap(count, 0.05, block);

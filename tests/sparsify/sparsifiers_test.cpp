@@ -174,7 +174,7 @@ TEST_CASE("threshold: adversarial inputs fall back to the exact top-k and never 
   }
 }
 
-TEST_CASE("random-k: the same seed keeps the same positions on every rank; frames carry no index list") {
+TEST_CASE("random-k: the same seed keeps the same positions on every rank, frames carry no index list") {
   using C = compressor<partition::chunks, sparsify::randomk, quantize::none, feedback::none>;
   const std::size_t n = 100000;
   const C a({.partition = {.chunk_bytes = 4 * 30000}, .sparsify = {.density = 0.02}, .seed = 99});

@@ -253,7 +253,7 @@ TEST_CASE("tagc determinism: the same bytes on every run") {
   CHECK(outs[0] == outs[1]);
 }
 
-TEST_CASE("tagc presets: the fixed ratio 10 peels part of an 8-rank union; feedback stays exact") {
+TEST_CASE("tagc presets: the fixed ratio 10 peels part of an 8-rank union, feedback stays exact") {
   const std::size_t n = 200003;
   gt::config cfg = gt::preset_tagc2();
   cfg.cells = summable::wire_type::f32;

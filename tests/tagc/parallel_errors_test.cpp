@@ -62,7 +62,7 @@ std::uint32_t word(const bytes& b, std::size_t w) {
 
 }  // namespace
 
-TEST_CASE("tagc parallel: a bad union is reported on the device; the step does nothing more; the next is whole") {
+TEST_CASE("tagc parallel: a bad union is reported on the device, the step does nothing more, the next is whole") {
   const std::size_t n = 10007;  // 10007 % 32 = 23: the last word has 9 bits past n
   SUBCASE("1-bit: a bit past n") {
     twins t(gt::config{}, n, 4);

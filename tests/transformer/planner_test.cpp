@@ -123,7 +123,7 @@ TEST_CASE("planner: against brute force on small problems (fixed seed)") {
   CHECK(exact >= cases * 95 / 100);
 }
 
-TEST_CASE("planner: never worse than the best equal split; sizes are whole granules") {
+TEST_CASE("planner: never worse than the best equal split, sizes are whole granules") {
   const tf::layer_problem p = layer();
   for (double gbit : {1.0, 10.0, 100.0}) {
     const tf::planner_options o = options(gbit);
@@ -184,7 +184,7 @@ TEST_CASE("planner: the limits") {
   }
 }
 
-TEST_CASE("planner: plan_model plans each distinct layer once; measure_path times a real codec") {
+TEST_CASE("planner: plan_model plans each distinct layer once, measure_path times a real codec") {
   std::vector<tf::layer_problem> layers(48, layer());
   layers[0].compute_s = 1e-3;  // the first layer differs
   const auto plans = tf::plan_model(layers, options(10));

@@ -99,7 +99,7 @@ TEST_CASE("router: each tensor goes to the slot of its role, small tensors uncom
   CHECK(r.slot_of_codec(0x12345678u) == R::npos);
 }
 
-TEST_CASE("router: a payload is each tensor's own frames, in layout order; decoding per region") {
+TEST_CASE("router: a payload is each tensor's own frames, in layout order, decoding per region") {
   const R r = make_router();
   const gc::layout& l = r.get_layout();
   auto st = r.make_state();

@@ -68,7 +68,7 @@ TEST_CASE("split: each tensor in the part its role and size route it to, in layo
   CHECK(l[sp.pieces(0)[0].tensor].name == "transformer.wte.weight");
 }
 
-TEST_CASE("split: gather then scatter restores every tensor and leaves the gaps alone; bad sizes refused") {
+TEST_CASE("split: gather then scatter restores every tensor and leaves the gaps alone, bad sizes refused") {
   const tf::split sp(small_gpt2(), tf::tagc_routing(false, 1024));
   const gc::layout& l = sp.get_layout();
   std::vector<float> flat(l.extent());

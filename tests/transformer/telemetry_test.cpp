@@ -17,7 +17,7 @@
 namespace gc = gradcomp;
 namespace tf = gradcomp::transformer;
 
-TEST_CASE("telemetry: kept, bytes, ratio, norms and error of each chunk; the same frames as compress()") {
+TEST_CASE("telemetry: kept, bytes, ratio, norms and error of each chunk, the same frames as compress()") {
   tf::sketch_stand_in::config cfg;
   cfg.partition.chunk_bytes = 4000;  // 1000 floats
   cfg.sparsify.density = 0.1;
