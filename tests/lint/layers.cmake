@@ -1,9 +1,9 @@
 # The layers: engine/, tagc/ and the other backend-neutral headers reach the CPU backend only
-# through its executors (cpu/executor.hpp, cpu/tagc.hpp) or its public option headers
+# through its executors (cpu/executor.hpp, cpu/tagc.hpp, cpu/sharded.hpp) or its public option headers
 # (cpu/dispatch.hpp, cpu/stores.hpp); every other cpu/ header is an internal of the backend.
 # Run as: cmake -DROOT=<source dir> -P layers.cmake
 cmake_policy(SET CMP0057 NEW)
-set(_allowed executor.hpp tagc.hpp dispatch.hpp stores.hpp)
+set(_allowed executor.hpp tagc.hpp sharded.hpp dispatch.hpp stores.hpp)
 file(GLOB_RECURSE _files "${ROOT}/include/gradcomp/*.hpp")
 set(_found "")
 foreach(_file IN LISTS _files)

@@ -58,6 +58,15 @@ decode_space carve_decode(std::byte* base, std::uint64_t slots, std::uint64_t ma
   return s;
 }
 
+// A decode whose payload length or go-ahead is known only on the device (a slot of the sharded
+// path): `size` bounds the payload, *device_size gives it; a nonzero *gate (an earlier step's
+// errc) makes the decode report that error and write nothing.
+struct decode_gate {
+  const std::uint64_t* device_size = nullptr;
+  const std::uint32_t* gate = nullptr;
+  bool check_only = false;  // validate, never apply
+};
+
 template <class C, class T>
 struct decode_args {
   typename C::config cfg;
@@ -69,6 +78,7 @@ struct decode_args {
   bool add;
   report* rep;
   decode_space ws;
+  decode_gate g{};
 };
 
 // One thread walks the frames (each header gives the next frame's offset), validates each
@@ -78,8 +88,15 @@ __global__ void walk_kernel(decode_args<C, T> a) {
   if (threadIdx.x != 0 || blockIdx.x != 0) return;
   std::uint64_t at = 0, f = 0, tiles = 0;
   std::uint32_t walk = 0, eb0 = 0, mixed = 0;
-  while (at < a.size) {
-    const result<frame::header> parsed = frame::parse_header(a.payload + at, a.size - at);
+  const std::uint64_t size = a.g.device_size != nullptr ? min_u64(*a.g.device_size, a.size) : a.size;
+  if (a.g.gate != nullptr && *a.g.gate != 0) {
+    walk = *a.g.gate;
+    at = size;  // (nothing walked)
+  } else if (size == 0) {
+    walk = static_cast<std::uint32_t>(errc::truncated);  // as the CPU refuses an empty payload
+  }
+  while (at < size) {
+    const result<frame::header> parsed = frame::parse_header(a.payload + at, size - at);
     if (!parsed) {
       walk = static_cast<std::uint32_t>(parsed.code());
       break;

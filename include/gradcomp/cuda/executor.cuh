@@ -40,7 +40,7 @@ class device_executor {
   using state_type = const device_state;
   using compress_result = status;
 
-  device_executor(const executor& ex, report* out) : ex_(ex), out_(out) {}
+  device_executor(const executor& ex, report* out, decode_gate g = {}) : ex_(ex), out_(out), gate_(g) {}
 
   // --- Compression.
 
@@ -158,7 +158,7 @@ class device_executor {
     const std::uint64_t fit = (ex_.workspace.size() - fixed) / sizeof(frame_entry);
     const std::uint64_t frames = min_u64(fit, max_u64(1, max_frames(payload.size())));
     decode_args<C, T> a{comp.get_config(), comp.codec_id(), out.size(), payload.data(), payload.size(), out.data(), add, out_,
-                        carve_decode<C>(ex_.workspace.data(), slots, frames)};
+                        carve_decode<C>(ex_.workspace.data(), slots, frames), gate_};
     note(cudaMemsetAsync(a.ws.ctl, 0, sizeof(control), ex_.stream));
     if (slots) note(cudaMemsetAsync(a.ws.head, 0xff, 2 * slots * sizeof(std::uint32_t), ex_.stream));
     return a;
@@ -177,6 +177,7 @@ class device_executor {
 
   template <class C, class T>
   void apply_frames(decode_args<C, T>& a) {
+    if (gate_.check_only) return;
     if (const std::uint64_t tiles = ceil_div(a.n, apply_tile); tiles > 0) {
       apply_kernel<C, T><<<grid_for(tiles), threads, 0, ex_.stream>>>(a, tiles);
       apply_mixed_kernel<C, T><<<1, threads, 0, ex_.stream>>>(a);
@@ -199,6 +200,7 @@ class device_executor {
 
   executor ex_;
   report* out_;
+  decode_gate gate_;
   bool check_finite_ = false;
   cudaError_t first_error_ = cudaSuccess;
 };

@@ -1,0 +1,111 @@
+#pragma once
+// The CPU executor of the sharded path's flow (sharded/flow.hpp): the state in host memory, the
+// compressor's own calls for every slot, data errors returned at once.
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <type_traits>
+#include <vector>
+
+#include "../compressor.hpp"
+#include "../sharded/flow.hpp"
+#include "../state.hpp"
+
+namespace gradcomp::cpu::detail {
+
+// One rank's sharded state (sharded::codec<C>::state).
+struct sharded_state {
+  std::size_t size = 0;
+  std::uint32_t world = 1, rank = 0;
+  std::uint64_t step = 0;
+  std::vector<gradcomp::state> send;  // W: this rank's state per destination shard
+  gradcomp::state owner;              // all-reduce: the re-encoding of this rank's reduced shard
+  std::vector<float> sum;             // the reduced shard, fp32 (scratch)
+  sharded::stage at = sharded::stage::encode_scatter;
+};
+
+struct sharded_executor {
+  template <class T, class C>
+  status check_gradient(const C& c, std::span<const T> grad) const {
+    if (!c.get_config().allow_non_finite)
+      for (const T& v : grad)
+        if (!is_finite_bits(float_bits(to_float(v)))) return {errc::non_finite_value, "gradient holds NaN or inf"};
+    return {};
+  }
+
+  static std::span<const float> sum(const sharded_state& st) { return st.sum; }
+
+  // The slot of (this rank, shard): head, the frames of the step, zeros.
+  template <class T, class C>
+  status write_slot(const C& c, std::span<const T> values, sharded_state& st, std::uint32_t shard, std::span<std::byte> slot) const {
+    std::size_t used = 0;
+    if (!values.empty()) {
+      gradcomp::state& s = shard < st.world ? st.send[shard] : st.owner;
+      s.step = st.step;  // the frames carry the sharded step
+      const result<std::size_t> w = c.template compress<T>(values, s, slot.subspan(sharded::slot_head_bytes));
+      if (!w) return w.error();
+      used = *w;
+    }
+    sharded::write_slot_head(slot.data(), st.rank, shard < st.world ? shard : st.rank);
+    std::fill(slot.begin() + static_cast<std::ptrdiff_t>(sharded::slot_head_bytes + used), slot.end(), std::byte{0});
+    return {};
+  }
+
+  void begin_sum(sharded_state& st) const { std::fill(st.sum.begin(), st.sum.end(), 0.0f); }
+
+  template <class C>
+  status add_slot(const C& c, std::span<const std::byte> slot, std::uint32_t sender, std::size_t count, sharded_state& st) const {
+    const result<std::span<const std::byte>> frames = read_slot(slot, sender, st.rank, count, st.step);
+    if (!frames) return frames.error();
+    if (frames->empty()) return {};
+    return c.template accumulate<float>(*frames, std::span<float>(st.sum));
+  }
+
+  template <class T>
+  status finish_sum(const sharded_state& st, std::span<T> out) const {
+    for (std::size_t i = 0; i < out.size(); ++i) {
+      if constexpr (std::is_same_v<T, float>) {
+        out[i] = st.sum[i];
+      } else {
+        out[i] = T::from_float(st.sum[i]);
+      }
+    }
+    return {};
+  }
+
+  void begin_gather(const sharded_state&) const {}
+
+  template <class C>
+  status check_slot(const C& c, std::span<const std::byte> slot, std::uint32_t owner, std::size_t count, const sharded_state& st) const {
+    const result<std::span<const std::byte>> frames = read_slot(slot, owner, owner, count, st.step);
+    if (!frames) return frames.error();
+    return frames->empty() ? status{} : c.check(*frames, count);
+  }
+
+  template <class T, class C>
+  status decode_slot(const C& c, std::span<const std::byte> slot, std::uint32_t owner, std::size_t count, const sharded_state& st,
+                     std::span<T> out) const {
+    const result<std::span<const std::byte>> frames = read_slot(slot, owner, owner, count, st.step);
+    if (!frames) return frames.error();  // (checked by check_slot: not reached)
+    return frames->empty() ? status{} : c.template decompress<T>(*frames, out);
+  }
+
+  status finish_gather(const sharded_state&) const { return {}; }
+  void advance(sharded_state& st) const { ++st.step; }
+
+ private:
+  // The frames of a received slot (sharded::walk_slot), with zeros after them.
+  static result<std::span<const std::byte>> read_slot(std::span<const std::byte> slot, std::uint32_t sender, std::uint32_t shard,
+                                                      std::size_t count, std::uint64_t step) {
+    const sharded::slot_walk w = sharded::walk_slot(slot.data(), slot.size(), sender, shard, count, step);
+    if (w.code != errc::ok) return sharded::detail::walk_status(w.code);
+    const std::span<const std::byte> body = slot.subspan(sharded::slot_head_bytes);
+    for (std::size_t i = w.used; i < body.size(); ++i)
+      if (body[i] != std::byte{0}) return sharded::detail::walk_status(errc::bad_header);
+    return body.first(w.used);
+  }
+};
+
+}  // namespace gradcomp::cpu::detail
