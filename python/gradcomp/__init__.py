@@ -11,24 +11,27 @@ copies::
     >>> n = c.compress(g, st, out)                           # frames in out[:n]
     >>> s = torch.zeros_like(g); c.accumulate(out[:n], s)    # s += decoded
 
-Summable codecs run in phases whose buffers the transport reduces (:func:`Tagc`: TAGC-2;
-:func:`SummableCast`), both :class:`PhaseCodec`\\ s.
+Every compressor also runs on the sharded path, :class:`Sharded` (a reduce-scatter or an
+all-reduce by all-to-all and all-gather of fixed-size slots, whose bytes per rank do not grow
+with the world size). Summable codecs run in phases whose buffers the transport reduces
+(:func:`Tagc`: TAGC-2; :func:`SummableCast`), both :class:`PhaseCodec`\\ s.
 
 Submodules (imported on first use; they import ``torch.distributed``):
 
 * :mod:`gradcomp.ddp`: DDP communication hooks, :func:`gradcomp.ddp.compress_hook` (codecs by
-  name) and :func:`gradcomp.ddp.tagc_hook` (TAGC-2);
-* :mod:`gradcomp.fsdp`: TAGC-2 as FSDP2's reduce-scatter, :func:`gradcomp.fsdp.attach`;
+  name, on the gather or the sharded path) and :func:`gradcomp.ddp.tagc_hook` (TAGC-2);
+* :mod:`gradcomp.fsdp`: any codec (sharded reduce-scatter) or TAGC-2 as FSDP2's reduce-scatter,
+  :func:`gradcomp.fsdp.attach`;
 * :mod:`gradcomp.tagc`: what the two TAGC paths share;
 * :mod:`gradcomp.testing`: the tests' model, task and training loop.
 
 docs/integrations.md in the repository maps each path onto the collectives.
 """
 
-from ._core import Compressor, Error, PhaseCodec, PhaseState, State, SummableCast, Tagc, codecs
+from ._core import Compressor, Error, PhaseCodec, PhaseState, Sharded, ShardedState, State, SummableCast, Tagc, codecs
 
-__all__ = ["Compressor", "Error", "PhaseCodec", "PhaseState", "State", "SummableCast", "Tagc", "codecs", "ddp", "fsdp",
-           "tagc", "testing"]
+__all__ = ["Compressor", "Error", "PhaseCodec", "PhaseState", "Sharded", "ShardedState", "State", "SummableCast", "Tagc",
+           "codecs", "ddp", "fsdp", "tagc", "testing"]
 
 _SUBMODULES = ("ddp", "fsdp", "tagc", "testing")
 

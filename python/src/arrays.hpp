@@ -75,10 +75,16 @@ inline nb::ndarray<nb::numpy, float, nb::ndim<1>> float_view(std::vector<float>&
   return nb::ndarray<nb::numpy, float, nb::ndim<1>>(v.data(), {v.size()}, nb::handle());
 }
 
-// Keyword options to the registry's option values, and back.
+// Keyword options to the registry's option values, and back; ", key=repr(value)" of each
+// keyword, for reprs.
 options to_options(const nb::kwargs& kw);
 nb::dict to_dict(const options& o);
+std::string kwargs_repr(const nb::kwargs& kw);
+
+// torch.float32 / torch.bfloat16 (or any object whose str ends so) to the library's dtype.
+gc::dtype parse_dtype(nb::handle h);
 
 void bind_summable(nb::module_& m);
+void bind_sharded(nb::module_& m);
 
 }  // namespace gradcomp_py

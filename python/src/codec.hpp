@@ -1,9 +1,11 @@
 #pragma once
 // A type-erased gradcomp compressor for the Python bindings: one `codec` interface, one
 // template `codec_impl<C>` per policy composition, built by name from a registry
-// (registry_*.cpp) with options from a Python dict.
+// (registry_*.cpp) with options from a Python dict. Every codec also runs on the sharded path
+// (make_sharded: sharded.hpp, whose definition the registry files include).
 
 #include <gradcomp/gradcomp.hpp>
+#include <gradcomp/sharded/codec.hpp>
 
 #include <cstddef>
 #include <cstdint>
@@ -38,6 +40,8 @@ inline void check(const gc::status& s) {
 using option_value = std::variant<bool, long long, double, std::string>;
 using options = std::map<std::string, option_value>;
 
+class sharded_codec;  // sharded.hpp
+
 class codec {
  public:
   virtual ~codec() = default;
@@ -53,6 +57,8 @@ class codec {
   // Summable casts only: codes = encode(src * scale), and dst (+)= decode(codes).
   virtual void encode_cast(const float* src, void* codes, std::size_t n, float scale) const = 0;
   virtual void decode_cast(const void* codes, float* dst, std::size_t n, bool add) const = 0;
+  // This compressor as sharded::codec<C> in mode m (defined in sharded.hpp).
+  virtual std::unique_ptr<sharded_codec> make_sharded(gc::sharded::mode m) const = 0;
 };
 
 // --- Options: each config member that the policy configs have is settable by one name.
@@ -183,6 +189,7 @@ class codec_impl final : public codec {
       raise({gc::errc::invalid_argument, "decode_cast: this codec is not a summable cast"});
     }
   }
+  std::unique_ptr<sharded_codec> make_sharded(gc::sharded::mode m) const override;
 
  private:
   C comp_;

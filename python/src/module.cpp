@@ -29,6 +29,10 @@ struct codec_box {
   std::string given;  // the keyword options as passed, for repr ("density=0.01, ...")
 };
 
+}  // namespace
+
+namespace gradcomp_py {
+
 gc::dtype parse_dtype(nb::handle h) {
   const std::string s = nb::cast<std::string>(nb::str(h));
   if (s.ends_with("bfloat16")) return gc::dtype::bf16;
@@ -36,17 +40,11 @@ gc::dtype parse_dtype(nb::handle h) {
   throw nb::type_error("dtype must be float32 or bfloat16");
 }
 
-std::string repr_of(nb::handle h) { return nb::cast<std::string>(nb::repr(h)); }
-
 std::string kwargs_repr(const nb::kwargs& kw) {
   std::string out;
-  for (auto [k, v] : kw) out += ", " + nb::cast<std::string>(k) + "=" + repr_of(v);
+  for (auto [k, v] : kw) out += ", " + nb::cast<std::string>(k) + "=" + nb::cast<std::string>(nb::repr(v));
   return out;
 }
-
-}  // namespace
-
-namespace gradcomp_py {
 
 options to_options(const nb::kwargs& kw) {
   options o;
@@ -281,4 +279,5 @@ NB_MODULE(_core, m) {
       });
 
   bind_summable(m);
+  bind_sharded(m);
 }

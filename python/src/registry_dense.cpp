@@ -1,5 +1,5 @@
 // Dense codecs: casts, fp8 and integer blocks over every element (registry_grouped.cpp: the rest).
-#include "codec.hpp"
+#include "sharded.hpp"  // codec.hpp and the sharded codec of every registered compressor
 
 namespace gradcomp_py {
 

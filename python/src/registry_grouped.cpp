@@ -1,5 +1,5 @@
 // Dense codecs with other per-group codes: QSGD, TernGrad, sign, natural, piecewise.
-#include "codec.hpp"
+#include "sharded.hpp"  // codec.hpp and the sharded codec of every registered compressor
 
 namespace gradcomp_py {
 

@@ -1,5 +1,5 @@
 // Sparse codecs: a selection of the elements, their values cast or quantized.
-#include "codec.hpp"
+#include "sharded.hpp"  // codec.hpp and the sharded codec of every registered compressor
 
 namespace gradcomp_py {
 
