@@ -134,19 +134,18 @@ def register(model: nn.Module, spec: str, **options):
 
 
 def _shard(net, spec: str, options):
-    """FSDP2 (fully_shard per block, then the root); "fsdp:tagc" sets gradcomp.fsdp's reduce-scatter."""
+    """FSDP2 (fully_shard per block, then the root); "fsdp:fp32" keeps FSDP's own reduce-scatter,
+    "fsdp:<codec>" (``tagc`` or a name of gradcomp.codecs()) sets gradcomp.fsdp's."""
     from torch.distributed.fsdp import fully_shard
 
     for b in net.blocks:
         fully_shard(b)
     fully_shard(net)
-    if spec == "fsdp:tagc":
-        from . import fsdp
+    if spec == "fsdp:fp32":
+        return None
+    from . import fsdp
 
-        return fsdp.attach(net, **(options or {}))
-    if spec != "fsdp:fp32":
-        raise ValueError(f"unknown sharded spec {spec!r}")
-    return None
+    return fsdp.attach(net, spec[len("fsdp:"):], **(options or {}))
 
 
 def _full_state(net, opt):
@@ -176,7 +175,8 @@ def train(spec: str, steps: int, *, options=None, batch=8, seq=32, optimizer="sg
     Args:
         spec (str): DDP with the hook :func:`register` names (``"fp32"``, ``"topk"``,
             ``"tagc"``, ``"torch:bf16"``, ...), or FSDP2: ``"fsdp:fp32"`` (its own
-            reduce-scatter) or ``"fsdp:tagc"`` (:func:`gradcomp.fsdp.attach`).
+            reduce-scatter), ``"fsdp:tagc"`` or ``"fsdp:<codec>"`` (``"fsdp:int8"``, ...:
+            :func:`gradcomp.fsdp.attach` with that codec).
         steps (int): the step to stop before.
         options (dict, optional): the hook state's options.
         batch (int): sequences per rank and step (default 8).
@@ -195,7 +195,8 @@ def train(spec: str, steps: int, *, options=None, batch=8, seq=32, optimizer="sg
 
     Returns:
         dict: ``losses`` (per step), ``eval`` (held-out loss), ``seconds``,
-        ``time_to_target``, ``bytes_sent`` (the hook state's, or None), ``params`` (every
+        ``time_to_target``, ``bytes_sent`` and ``wire_bytes`` (the hook or reduce-scatter
+        state's, or None), ``paths`` (:class:`gradcomp.ddp.HookState`'s paths, or None), ``params`` (every
         parameter, flat), ``peeled`` (TAGC's peeled fraction, or None), ``initial_loss``
         (log of the vocabulary size).
     """
@@ -262,6 +263,7 @@ def train(spec: str, steps: int, *, options=None, batch=8, seq=32, optimizer="sg
     else:
         flat = torch.cat([p.detach().flatten() for p in net.parameters()])
     return {"losses": losses, "eval": ev, "seconds": seconds, "time_to_target": t_target,
-            "bytes_sent": getattr(hook_state, "bytes_sent", None), "params": flat,
+            "bytes_sent": getattr(hook_state, "bytes_sent", None), "wire_bytes": getattr(hook_state, "wire_bytes", None),
+            "paths": dict(hook_state.paths) if hasattr(hook_state, "paths") else None, "params": flat,
             "peeled": hook_state.peel_fraction() if hasattr(hook_state, "peel_fraction") else None,
             "initial_loss": math.log(net.tok.num_embeddings)}

@@ -85,3 +85,50 @@ def simulate_tagc(codec, states, grads, shard=False):
         codec.finish_step(st)
         outs.append(out)
     return outs
+
+
+def sharded_scatter(codec, states, grads):
+    """Phase 0 of a gradcomp.Sharded step on len(states) simulated ranks: every rank's encode,
+    then the all-to-all. Returns what each rank receives (slot r from rank r)."""
+    world = len(states)
+    p0 = codec.describe(0, states[0])
+    slot = p0["slot_bytes"]
+    sent = []
+    for g, st in zip(grads, states):
+        buf = torch.empty(p0["send_bytes"], dtype=torch.uint8)
+        codec.encode(0, g, st, buf)
+        sent.append(buf.view(world, slot))
+    return [torch.cat([sent[r][j] for r in range(world)]) for j in range(world)]
+
+
+def sharded_gather(codec, states):
+    """Phase 1 of every simulated rank and the all-gather: the bytes every rank receives."""
+    p1 = codec.describe(1, states[0])
+    sent = []
+    for st in states:
+        buf = torch.empty(p1["send_bytes"], dtype=torch.uint8)
+        codec.encode(1, None, st, buf)
+        sent.append(buf)
+    return torch.cat(sent)
+
+
+def simulate_sharded(codec, states, grads, dtype=torch.float32):
+    """One step of a gradcomp.Sharded codec on len(states) simulated ranks. Reduce-scatter mode:
+    each rank's reduced shard; all-reduce mode: each rank's whole output (``dtype``)."""
+    got = sharded_scatter(codec, states, grads)
+    if codec.mode == "reduce_scatter":
+        outs = []
+        for st, recv in zip(states, got):
+            out = torch.empty(st.shard[1], dtype=dtype)
+            codec.receive(0, st, recv, out)
+            outs.append(out)
+        return outs
+    for st, recv in zip(states, got):
+        codec.receive(0, st, recv)
+    every = sharded_gather(codec, states)
+    outs = []
+    for st in states:
+        out = torch.empty(st.size, dtype=dtype)
+        codec.receive(1, st, every, out)
+        outs.append(out)
+    return outs

@@ -53,6 +53,16 @@ def test_bound_functions_show_real_signatures():
         "receive(self, k: int, state: PhaseState, reduced: torch.Tensor, out: torch.Tensor | None = None) -> None")
     assert gradcomp.Tagc.__doc__.startswith("Tagc(preset: str = 'default', **config) -> gradcomp._core.PhaseCodec")
     assert gradcomp.State.restore.__doc__.startswith("restore(self, data: bytes) -> None")
+    assert gradcomp.Sharded.encode.__doc__.startswith(
+        "encode(self, k: int, grad: torch.Tensor | None, state: ShardedState, out: torch.Tensor) -> None")
+    assert gradcomp.Sharded.receive.__doc__.startswith(
+        "receive(self, k: int, state: ShardedState, received: torch.Tensor, out: torch.Tensor | None = None) -> None")
+    assert gradcomp.Sharded.make_state.__doc__.startswith(
+        "make_state(self, n: int, world: int, rank: int, dtype: torch.dtype | None = None) -> ShardedState")
+    sh = gradcomp.Sharded(name="int8", mode="reduce_scatter")
+    st = sh.make_state(n=100, world=2, rank=1)
+    send = torch.empty(sh.describe(k=0, state=st)["send_bytes"], dtype=torch.uint8)
+    sh.encode(k=0, grad=torch.randn(100), state=st, out=send)  # keyword arguments by their names
     c = gradcomp.Compressor("int8")
     g = torch.randn(100)
     out = torch.empty(c.max_payload_bytes(100), dtype=torch.uint8)
@@ -76,9 +86,22 @@ def test_reprs_show_codec_config_sizes_and_step():
     assert repr(cast) == "gradcomp.SummableCast('fp16', feedback=False)"
     assert repr(cast.make_state(10, 2, 0)) == "gradcomp.PhaseState(codec='cast:fp16', size=10, world=2, rank=0, step=0)"
     model = torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.Linear(64, 4))
-    hs = ddp.HookState(model, "topk", density=0.01)
-    assert repr(hs) == ("HookState(codec='topk', density=0.01, min_compress_numel=1024, compressed=1 parameters / "
-                        "4096 elements, calls=0, bytes_sent=0)")
+    hs = ddp.HookState(model, "topk", density=0.01)  # no process group yet: the paths are chosen later
+    assert repr(hs) == ("HookState(codec='topk', density=0.01, path='auto', min_compress_numel=1024, compressed=1 "
+                        "parameters / 4096 elements, sharded=?, calls=0, bytes_sent=0)")
+    assert repr(ddp.HookState(model, "int8", path="gather")) == (
+        "HookState(codec='int8', path='gather', min_compress_numel=1024, compressed=1 parameters / 4096 elements, "
+        "sharded=0, calls=0, bytes_sent=0)")
+    sc = gradcomp.Sharded("int4", error_feedback=True)
+    assert repr(sc) == "gradcomp.Sharded('int4', mode='all_reduce', error_feedback=True)"
+    assert repr(gradcomp.Sharded("topk", mode="reduce_scatter", density=0.01)) == (
+        "gradcomp.Sharded('topk', mode='reduce_scatter', density=0.01, error_feedback=True)")
+    assert repr(sc.make_state(1000, 4, 3, torch.bfloat16)) == (
+        "gradcomp.ShardedState(codec='int4', mode='all_reduce', size=1000, world=4, rank=3, dtype='bfloat16', step=0, "
+        "stage='encode(0)')")
+    fc = fsdp.ShardedCodec("int8", group=64)
+    assert repr(fc) == "ShardedCodec(codec='int8', group=64, states=0 / 0 elements, calls=0, bytes_sent=0)"
+    assert repr(fsdp.CodecReduceScatter(fc, "<root>")) == "CodecReduceScatter(codec='int8', name='<root>', not yet run)"
     sh = fsdp.ShardedTagc("tagc2")
     assert repr(sh).startswith("ShardedTagc(preset='tagc2', density=") and "states=0 / 0 elements, calls=0" in repr(sh)
     assert repr(fsdp.TagcReduceScatter(sh, "blocks.0")) == "TagcReduceScatter(name='blocks.0', not yet run)"
@@ -91,6 +114,8 @@ def test_one_hook_per_algorithm_and_wrong_states_raise():
     hs = ddp.HookState(model, "int8")
     with pytest.raises(TypeError, match=r"tagc_hook expects a gradcomp\.ddp\.TagcHookState.*got HookState"):
         ddp.tagc_hook(hs, None)
+    with pytest.raises(ValueError, match="path must be"):
+        ddp.HookState(model, "int8", path="ring")
     th = ddp.TagcHookState.__new__(ddp.TagcHookState)  # its constructor needs a process group
     with pytest.raises(TypeError, match=r"compress_hook expects a gradcomp\.ddp\.HookState.*got TagcHookState"):
         ddp.compress_hook(th, None)
@@ -112,11 +137,12 @@ def test_fsdp_reduce_scatter_uses_the_public_api():
     assert hasattr(FSDPModule, "set_custom_reduce_scatter")
     with open(fsdp.__file__) as f:
         assert "_fully_shard" not in f.read()  # no private torch module
-    rs = fsdp.TagcReduceScatter(fsdp.ShardedTagc(), "m")
-    assert list(inspect.signature(rs.__call__).parameters) == ["output_tensor", "input_tensor", "group", "op", "async_op"]
-    assert list(inspect.signature(rs.allocate).parameters) == ["size", "dtype", "device"]
-    t = rs.allocate((10,), dtype=torch.bfloat16, device=torch.device("cpu"))
-    assert t.shape == (10,) and t.dtype == torch.bfloat16
+    every = [fsdp.TagcReduceScatter(fsdp.ShardedTagc(), "m"), fsdp.CodecReduceScatter(fsdp.ShardedCodec("int8"), "m")]
+    for rs in every:
+        assert list(inspect.signature(rs.__call__).parameters) == ["output_tensor", "input_tensor", "group", "op", "async_op"]
+        assert list(inspect.signature(rs.allocate).parameters) == ["size", "dtype", "device"]
+        t = rs.allocate((10,), dtype=torch.bfloat16, device=torch.device("cpu"))
+        assert t.shape == (10,) and t.dtype == torch.bfloat16
     # Where torch still has the interface's abstract base class, the methods it declares match.
     try:
         api = importlib.import_module("torch.distributed.fsdp._fully_shard._fsdp_api")
@@ -126,7 +152,8 @@ def test_fsdp_reduce_scatter_uses_the_public_api():
     if base is not None:
         for name in base.__abstractmethods__ | {"allocate"}:
             want = [p for p in inspect.signature(getattr(base, name)).parameters if p != "self"]
-            assert list(inspect.signature(getattr(rs, name)).parameters) == want, name
+            for rs in every:
+                assert list(inspect.signature(getattr(rs, name)).parameters) == want, (type(rs).__name__, name)
     with pytest.raises(ValueError, match="no fully_shard modules"):
         fsdp.attach(torch.nn.Linear(4, 4))
 
@@ -142,7 +169,7 @@ def test_the_package_ships_type_stubs():
     tree = ast.parse(stub)
     classes = {n.name for n in tree.body if isinstance(n, ast.ClassDef)}
     functions = {n.name for n in tree.body if isinstance(n, ast.FunctionDef)}
-    assert {"Compressor", "State", "PhaseCodec", "PhaseState", "Error"} <= classes, classes
+    assert {"Compressor", "State", "PhaseCodec", "PhaseState", "Sharded", "ShardedState", "Error"} <= classes, classes
     assert {"codecs", "Tagc", "SummableCast"} <= functions, functions
     assert "def compress(self, grad: torch.Tensor, state: State, out: torch.Tensor) -> int:" in stub
     assert "import torch" in stub
