@@ -37,7 +37,8 @@ namespace gc = gradcomp;
 // What one rank puts into the collectives in a step: `buffers` is the bytes of its send
 // buffers (what it hands to MPI); `ring` is what a ring algorithm makes it send on the wire
 // (all-reduce 2 (W-1)/W of the buffer, reduce-scatter (W-1)/W, all-gather every block but the
-// next rank's), the figure that compares collectives of different kinds.
+// next rank's; an all-to-all, which has no ring, the W-1 slots for the other ranks), the figure
+// that compares collectives of different kinds.
 struct traffic {
   double buffers = 0.0, ring = 0.0;
   traffic& operator+=(const traffic& o) {
@@ -71,6 +72,9 @@ class exchange {
   // A codec's own figures over the run, summed over ranks by the caller (TAGC: union size and
   // peeled items); empty when there are none.
   virtual std::vector<double> counters() const { return {}; }
+  // The most wire bytes per step this exchange may send (its `ring` figure), from the codec's
+  // sizes; 0: no such bound is checked.
+  virtual double byte_limit() const { return 0.0; }
 };
 
 // ---- Gather path.

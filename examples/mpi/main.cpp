@@ -6,15 +6,19 @@
 // union's positions (or, "tagc-ar", the sketch all-reduced and every shard decoded by every
 // rank). The gather path (exchange.hpp): int8, int4 + error feedback, top-k 1% + error
 // feedback, DGC threshold 1% and 1-bit sign + error feedback by MPI_Allgatherv of their
-// frames. Prints the loss and the bytes each rank sends per step, then a summary with the
-// held-out loss of each codec against fp32's.
+// frames. The sharded path (sharded.hpp): the same five compressors as all-reduces ("-sh":
+// MPI_Alltoall of fixed-size slots, the owner's sum re-encoded, MPI_Allgather of one slot), and
+// int8 as a reduce-scatter whose fp32 shards are then all-gathered ("int8-sh-rs"). Prints the
+// loss and the bytes each rank sends per step, then a summary with the held-out loss of each
+// codec against fp32's.
 //
 //   mpirun -np 4 ./gradcomp_mpi [--steps N] [--batch B] [--lr X] [--momentum M] [--print-every K]
 //                               [--only NAME] [--check MARGIN]
 //
 // --check MARGIN: exit 1 unless every codec's final held-out loss is within MARGIN of fp32's,
-// training lowered fp32's loss, all ranks end with bit-identical parameters, and TAGC's sketches
-// peeled at least 99% of the union's items.
+// training lowered fp32's loss, all ranks end with bit-identical parameters, TAGC's sketches
+// peeled at least 99% of the union's items, and every sharded all-reduce sent at most 2/W of its
+// gather path's fixed-size payloads plus 128 bytes per slot (sharded.hpp).
 // --tagc-block B, --tagc-cells C: TAGC's sketch block and cells per kept item (default 1 and
 // 1.5: docs/integrations.md says why B = 1 for a model this small).
 // --only NAME runs fp32 and NAME; NAME may also be a diagnostic exchange that the default list
@@ -35,6 +39,7 @@
 
 #include "exchange.hpp"
 #include "mlp.hpp"
+#include "sharded.hpp"
 #include "summable.hpp"
 
 namespace {
@@ -102,11 +107,18 @@ std::vector<std::unique_ptr<exchange>> all_exchanges(std::size_t n, const option
   x.push_back(tagc("tagc-sumsafe", sum_safe, route::reduce_scatter));
   x.push_back(tagc("tagc2-preset", tagc::preset_tagc2(), route::reduce_scatter));
   x.push_back(tagc("tagc-noef", tagc::config{}, route::reduce_scatter, true));
-  x.push_back(std::make_unique<gather<int8>>("int8", int8::config{}, n, comm));
-  x.push_back(std::make_unique<gather<int4>>("int4+ef", int4::config{}, n, comm));
-  x.push_back(std::make_unique<gather<topk>>("topk1%+ef", topk::config{.sparsify = {.density = 0.01}}, n, comm));
-  x.push_back(std::make_unique<gather<dgc>>("dgc1%+ef", dgc::config{.sparsify = {.density = 0.01}}, n, comm));
-  x.push_back(std::make_unique<gather<sign>>("sign+ef", sign::config{}, n, comm));
+  // Each gather-path codec also on the sharded path, as an all-reduce ("-sh"), with the same
+  // configuration; int8 also as a reduce-scatter followed by an all-gather of the fp32 shards.
+  const auto both = [&]<class C>(const char* name, const typename C::config& cfg) {
+    x.push_back(std::make_unique<gather<C>>(name, cfg, n, comm));
+    x.push_back(std::make_unique<sharded_exchange<C>>(std::string(name) + "-sh", cfg, n, sharded::mode::all_reduce, comm));
+  };
+  both.operator()<int8>("int8", int8::config{});
+  x.push_back(std::make_unique<sharded_exchange<int8>>("int8-sh-rs", int8::config{}, n, sharded::mode::reduce_scatter, comm));
+  both.operator()<int4>("int4+ef", int4::config{});
+  both.operator()<topk>("topk1%+ef", topk::config{.sparsify = {.density = 0.01}});
+  both.operator()<dgc>("dgc1%+ef", dgc::config{.sparsify = {.density = 0.01}});
+  both.operator()<sign>("sign+ef", sign::config{});
   return x;
 }
 
@@ -117,6 +129,7 @@ struct outcome {
   bool replicas_agree;
   std::string note;      // TAGC: union density and peeled fraction
   double peeled = 1.0;   // TAGC: fraction of the union's items that peeled
+  double limit = 0.0;    // sharded all-reduce: the most ring bytes per step it may send
 };
 
 // The codec's counters summed over ranks (TAGC: {union items, items, peeled}): a note and the
@@ -191,7 +204,8 @@ int main(int argc, char** argv) {
       const float eval = mlp::loss_and_grad(shape, params, eval_x, eval_y, {});
       const traffic per_step{total.buffers / opt.steps, total.ring / opt.steps};
       const auto [note, peeled] = note_of(*ex, opt.steps, shape.params(), world);
-      results.push_back({ex->name(), ex->path(), per_step, seconds, tail_loss / std::max(tail, 1), eval, lo == hi, note, peeled});
+      results.push_back(
+          {ex->name(), ex->path(), per_step, seconds, tail_loss / std::max(tail, 1), eval, lo == hi, note, peeled, ex->byte_limit()});
     }
   }
 
@@ -203,12 +217,24 @@ int main(int argc, char** argv) {
     for (const outcome& r : results) {
       const double diff = r.eval_loss - base.eval_loss;
       // A TAGC sketch sized by the union peels everything but a handful of items (a failing peel
-      // would leave most of the gradient in the residuals).
-      const bool ok = r.replicas_agree && (opt.check < 0 || (std::fabs(diff) <= opt.check && r.peeled >= 0.99));
+      // would leave most of the gradient in the residuals); a sharded all-reduce sends about 2/W
+      // of the gather path's bytes (sharded.hpp: the bound).
+      const bool bytes_ok = r.limit <= 0.0 || r.per_step.ring <= r.limit;
+      const bool ok = r.replicas_agree && (opt.check < 0 || (std::fabs(diff) <= opt.check && r.peeled >= 0.99 && bytes_ok));
       failed += ok ? 0 : 1;
+      std::string note = r.note;
+      if (r.limit > 0.0) {  // the ring bytes against the gather row of the same codec ("int8-sh": "int8") and the bound
+        const std::string gathered = r.name.substr(0, r.name.rfind("-sh"));
+        char buf[96];
+        for (const outcome& g : results)
+          if (g.name == gathered)
+            std::snprintf(buf, sizeof buf, "%.3fx gather's, ", r.per_step.ring / g.per_step.ring), note += buf;
+        std::snprintf(buf, sizeof buf, "bound %.0f%s", r.limit, bytes_ok ? "" : " EXCEEDED");
+        note += buf;
+      }
       std::printf("%-13s %-36s %10.0f %10.0f %7.4fx %10.4f %10.4f %+9.4f %7.2f %-9s %s%s\n", r.name.c_str(), r.path.c_str(),
                   r.per_step.buffers, r.per_step.ring, r.per_step.ring / base.per_step.ring, r.train_loss, r.eval_loss, diff,
-                  r.seconds, r.replicas_agree ? "identical" : "DIFFER", r.note.c_str(), ok ? "" : "  <-- FAILED");
+                  r.seconds, r.replicas_agree ? "identical" : "DIFFER", note.c_str(), ok ? "" : "  <-- FAILED");
     }
     if (opt.check >= 0 && !(base.eval_loss < 0.7 * initial_eval)) {
       std::printf("fp32 did not train: held-out loss %.4f vs %.4f at start\n", base.eval_loss, initial_eval);
