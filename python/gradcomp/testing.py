@@ -102,7 +102,8 @@ def register(model: nn.Module, spec: str, **options):
             default 4, and ``start_iter``, default 10), ``"tagc"``
             (:func:`gradcomp.ddp.tagc_hook`; options are :class:`gradcomp.ddp.TagcHookState`'s,
             with ``preset``), or the name of a gradcomp codec
-            (:func:`gradcomp.ddp.compress_hook`; options are the codec's).
+            (:func:`gradcomp.ddp.compress_hook`; options are :class:`gradcomp.ddp.HookState`'s:
+            the codec's and ``path``).
         **options: the hook state's options.
 
     Returns:
