@@ -17,6 +17,16 @@
 //          the peel of the rank's shard, ncclAllGather(float) of the decoded shards. The step's
 //          report (errors, r, peel statistics) stays on the device until a print step.
 //
+//   int8-sh, int4+ef-sh, topk1%+ef-sh   the sharded all-reduce (docs/sharded.md), which has no
+//          CUDA codec here: the host codec (sharded::codec) with device staging. The gradient is
+//          copied to the host; encode(0) writes W fixed-size slots; they go to the device and
+//          through an all-to-all of grouped ncclSend / ncclRecv pairs (ncclUint8, slot_bytes
+//          each: slot j to rank j); the received slots come back to the host, receive(0) sums
+//          them (the rank's shard, fp32, rank order) and encode(1) re-encodes the sum (the
+//          owner's error feedback) into one slot; ncclAllGather of it; receive(1) on the host
+//          decodes every shard; the sum goes back to the device for the update. Every step
+//          waits for the device twice (before each host phase).
+//
 //   gradcomp_nccl [--steps N] [--lr X] [--print-every K]
 
 #include <cuda_runtime.h>
@@ -90,6 +100,7 @@ __global__ void sgd(float* x, const float* sum, float scale) {  // x -= scale * 
 
 using int8_c = gc::compressor<gc::partition::chunks, gc::sparsify::dense, gc::quantize::int_block<8>, gc::feedback::none>;
 using topk_c = gc::compressor<gc::partition::chunks, gc::sparsify::topk, gc::quantize::bf16, gc::feedback::residual>;
+using int4_c = gc::compressor<gc::partition::chunks, gc::sparsify::dense, gc::quantize::int_block<4>, gc::feedback::residual>;
 
 // One rank's device buffers and, for the gather path, its compressor state and workspaces.
 template <class C>
@@ -273,6 +284,108 @@ void run_tagc(std::vector<rank_ctx<C>>& ranks, int steps, float lr, int print_ev
   });
 }
 
+// ---- The sharded all-reduce, host codec with device staging (see the top of the file).
+
+template <class C>
+struct sharded_rank {
+  typename gc::sharded::codec<C>::state st;
+  float *grad, *sum;         // host (pinned): this rank's gradient; the sum over ranks
+  std::byte *send, *recv;    // host (pinned): send slots and received slots (the larger phase's)
+  std::byte *dsend, *drecv;  // device: the same, for NCCL
+};
+
+template <class C, class R>
+void run_sharded(const char* name, const C& comp, std::vector<rank_ctx<R>>& ranks, int steps, float lr, int print_every) {
+  namespace gs = gc::sharded;
+  const auto world = static_cast<std::uint32_t>(ranks.size());
+  const gs::codec<C> codec(comp, gs::mode::all_reduce);
+  std::vector<sharded_rank<C>> t(world);
+  for (std::uint32_t k = 0; k < world; ++k) check(codec.make_state(dim, world, k, t[k].st), "sharded make_state");
+  const auto describe = [&](std::size_t k) {
+    const gc::result<gs::phase> p = codec.describe(k, t[0].st);
+    check(p ? gc::status{} : p.error(), "sharded describe");
+    return *p;
+  };
+  const gs::phase p0 = describe(0), p1 = describe(1);
+  const std::size_t send_bytes = std::max(p0.send_bytes(), p1.send_bytes()), recv_bytes = std::max(p0.receive_bytes(), p1.receive_bytes());
+  const auto each = [&](auto&& f) {  // f(rank context, staging, rank), on the rank's device
+    for (std::uint32_t k = 0; k < world; ++k) CHECK_CUDA(cudaSetDevice(ranks[k].device)), f(ranks[k], t[k], k);
+  };
+  const auto collectives = [&](auto&& f) {
+    CHECK_NCCL(ncclGroupStart());
+    for (std::uint32_t k = 0; k < world; ++k) f(ranks[k], t[k]);
+    CHECK_NCCL(ncclGroupEnd());
+  };
+  each([&](rank_ctx<R>& r, sharded_rank<C>& h, std::uint32_t) {
+    CHECK_CUDA(cudaMallocHost(&h.grad, sizeof(float) * dim));  // pinned: asynchronous copies; page-aligned slots
+    CHECK_CUDA(cudaMallocHost(&h.sum, sizeof(float) * dim));
+    CHECK_CUDA(cudaMallocHost(&h.send, send_bytes));
+    CHECK_CUDA(cudaMallocHost(&h.recv, recv_bytes));
+    CHECK_CUDA(cudaMalloc(&h.dsend, send_bytes));
+    CHECK_CUDA(cudaMalloc(&h.drecv, recv_bytes));
+    CHECK_CUDA(cudaMemsetAsync(r.x, 0, dim * sizeof(float), r.stream));
+  });
+  for (int step = 0; step < steps; ++step) {
+    each([&](rank_ctx<R>& r, sharded_rank<C>& h, std::uint32_t) {  // the gradient, to the host
+      residual<<<64, 256, 0, r.stream>>>(r.a, r.b, r.x, r.r);
+      gradient<<<64, 256, 0, r.stream>>>(r.a, r.r, r.g);
+      CHECK_CUDA(cudaMemcpyAsync(h.grad, r.g, dim * sizeof(float), cudaMemcpyDeviceToHost, r.stream));
+    });
+    each([&](rank_ctx<R>& r, sharded_rank<C>& h, std::uint32_t) {  // phase 0 on the host; the W slots to the device
+      CHECK_CUDA(cudaStreamSynchronize(r.stream));
+      check(codec.template encode<float>(0, std::span<const float>(h.grad, dim), h.st, std::span<std::byte>(h.send, p0.send_bytes())),
+            "sharded encode(0)");
+      CHECK_CUDA(cudaMemcpyAsync(h.dsend, h.send, p0.send_bytes(), cudaMemcpyHostToDevice, r.stream));
+    });
+    collectives([&](rank_ctx<R>& r, sharded_rank<C>& h) {  // all-to-all: slot j to rank j, slot j of drecv from rank j
+      for (std::uint32_t j = 0; j < world; ++j) {
+        CHECK_NCCL(ncclSend(h.dsend + j * p0.slot_bytes, p0.slot_bytes, ncclUint8, static_cast<int>(j), r.comm, r.stream));
+        CHECK_NCCL(ncclRecv(h.drecv + j * p0.slot_bytes, p0.slot_bytes, ncclUint8, static_cast<int>(j), r.comm, r.stream));
+      }
+    });
+    each([&](rank_ctx<R>& r, sharded_rank<C>& h, std::uint32_t) {  // the shard's sum, re-encoded by its owner; to the device
+      CHECK_CUDA(cudaMemcpyAsync(h.recv, h.drecv, p0.receive_bytes(), cudaMemcpyDeviceToHost, r.stream));
+      CHECK_CUDA(cudaStreamSynchronize(r.stream));
+      check(codec.template receive<float>(0, h.st, std::span<const std::byte>(h.recv, p0.receive_bytes()), std::span<float>{}),
+            "sharded receive(0)");
+      check(codec.template encode<float>(1, {}, h.st, std::span<std::byte>(h.send, p1.send_bytes())), "sharded encode(1)");
+      CHECK_CUDA(cudaMemcpyAsync(h.dsend, h.send, p1.send_bytes(), cudaMemcpyHostToDevice, r.stream));
+    });
+    collectives([&](rank_ctx<R>& r, sharded_rank<C>& h) {  // slot r of drecv: rank r's reduced shard
+      CHECK_NCCL(ncclAllGather(h.dsend, h.drecv, p1.slot_bytes, ncclUint8, r.comm, r.stream));
+    });
+    each([&](rank_ctx<R>& r, sharded_rank<C>& h, std::uint32_t) {  // every shard decoded on the host; the sum to the device
+      CHECK_CUDA(cudaMemcpyAsync(h.recv, h.drecv, p1.receive_bytes(), cudaMemcpyDeviceToHost, r.stream));
+      CHECK_CUDA(cudaStreamSynchronize(r.stream));
+      check(codec.template receive<float>(1, h.st, std::span<const std::byte>(h.recv, p1.receive_bytes()), std::span<float>(h.sum, dim)),
+            "sharded receive(1)");
+      CHECK_CUDA(cudaMemcpyAsync(r.avg, h.sum, dim * sizeof(float), cudaMemcpyHostToDevice, r.stream));
+      sgd<<<64, 256, 0, r.stream>>>(r.x, r.avg, lr / static_cast<float>(world));
+    });
+    if (print_every > 0 && (step % print_every == 0 || step == steps - 1)) {
+      auto& r = ranks.front();
+      CHECK_CUDA(cudaSetDevice(r.device));
+      residual<<<64, 256, 0, r.stream>>>(r.a, r.b, r.x, r.r);
+      std::vector<float> res(rows);
+      CHECK_CUDA(cudaMemcpyAsync(res.data(), r.r, rows * sizeof(float), cudaMemcpyDeviceToHost, r.stream));
+      CHECK_CUDA(cudaStreamSynchronize(r.stream));
+      double loss = 0.0;
+      for (float v : res) loss += 0.5 * v * v / rows;
+      // Send buffers (W slots, then one), and what crosses the wire: the W - 1 slots of each phase
+      // that go to other ranks.
+      std::printf("%-10s step %4d  loss(rank 0 data) %.6f  bytes/rank %zu  sent %zu\n", name, step, loss, p0.send_bytes() + p1.send_bytes(),
+                  (world - 1) * (p0.slot_bytes + p1.slot_bytes));
+    }
+  }
+  each([&](rank_ctx<R>& r, sharded_rank<C>& h, std::uint32_t) {
+    CHECK_CUDA(cudaStreamSynchronize(r.stream));
+    for (void* p : {static_cast<void*>(h.grad), static_cast<void*>(h.sum), static_cast<void*>(h.send), static_cast<void*>(h.recv)})
+      CHECK_CUDA(cudaFreeHost(p));
+    CHECK_CUDA(cudaFree(h.dsend));
+    CHECK_CUDA(cudaFree(h.drecv));
+  });
+}
+
 template <class C>
 std::vector<rank_ctx<C>> setup(const C& comp, const std::vector<ncclComm_t>& comms) {
   const int world = static_cast<int>(comms.size());
@@ -323,9 +436,12 @@ int main(int argc, char** argv) {
   run<int8_c>("fp32", nullptr, r8, steps, lr, print_every);
   run<int8_c>("bf16", nullptr, r8, steps, lr, print_every);
   run("int8", &int8, r8, steps, lr, print_every);
+  run_sharded("int8-sh", int8, r8, steps, lr, print_every);
+  run_sharded("int4+ef-sh", int4_c(int4_c::config{}), r8, steps, lr, print_every);  // host codec only: no CUDA context needed
   run_tagc(r8, steps, lr, print_every);
   auto rk = setup(topk, comms);
   run("topk1%+ef", &topk, rk, steps, lr, print_every);
+  run_sharded("topk1%+ef-sh", topk, rk, steps, lr, print_every);
   for (ncclComm_t c : comms) ncclCommDestroy(c);
   return 0;
 }
