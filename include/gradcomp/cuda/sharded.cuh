@@ -52,13 +52,20 @@ namespace detail {
 using cuda::detail::grid_for;
 using cuda::detail::threads;
 
+// Kernels are templates, as every kernel of this header-only backend: a plain __global__
+// function in a header would be defined in every translation unit that includes it.
+
+template <class = void>
 __global__ void copy_step_kernel(const std::uint64_t* from, std::uint64_t* to) { *to = *from; }
+template <class = void>
 __global__ void advance_kernel(std::uint64_t* step) { ++*step; }
+template <class = void>
 __global__ void slot_head_kernel(std::byte* slot, std::uint32_t sender, std::uint32_t shard) {
   gradcomp::sharded::write_slot_head(slot, sender, shard);
 }
 
 // The slot's head and frame walk (sharded::walk_slot), unless an earlier slot failed.
+template <class = void>
 __global__ void walk_kernel(const std::byte* slot, std::uint64_t slot_bytes, std::uint32_t sender, std::uint32_t shard,
                             std::uint64_t count, const std::uint64_t* step, std::uint32_t* gate, std::uint64_t* used) {
   if (*gate != 0) return;
@@ -68,6 +75,7 @@ __global__ void walk_kernel(const std::byte* slot, std::uint64_t slot_bytes, std
 }
 
 // The zeros after the frames (bad_header where one is not).
+template <class = void>
 __global__ void __launch_bounds__(threads) padding_kernel(const std::byte* body, std::uint64_t bytes, const std::uint64_t* used,
                                                          std::uint32_t* gate) {
   if (*gate != 0) return;
@@ -78,6 +86,7 @@ __global__ void __launch_bounds__(threads) padding_kernel(const std::byte* body,
 }
 
 // A decode's verdict into the gate (the first failure stays).
+template <class = void>
 __global__ void gate_from_kernel(const report* r, std::uint32_t* gate) {
   if (*gate == 0 && r->code != 0) *gate = r->code;
 }
@@ -94,6 +103,7 @@ __global__ void __launch_bounds__(threads) store_sum_kernel(const float* sum, T*
   }
 }
 
+template <class = void>
 __global__ void report_kernel(const std::uint32_t* gate, report* r) { *r = report{0, *gate, 0}; }
 
 // The workspace of a call: the gate, the slots' frame lengths, a report per compress and per
@@ -142,13 +152,13 @@ class sharded_executor {
     const bool owner = shard >= st.world;
     if (!values.empty()) {
       const cuda::device_state& s = owner ? st.owner : st.send[shard];
-      copy_step_kernel<<<1, 1, 0, ex_.stream>>>(st.step, s.step);  // the frames carry the sharded step
+      copy_step_kernel<><<<1, 1, 0, ex_.stream>>>(st.step, s.step);  // the frames carry the sharded step
       if (status r = cuda::compress<T>(c, scratch(), values, s, slot.subspan(gradcomp::sharded::slot_head_bytes),
                                        s_.reports + (owner ? st.world : shard));
           !r)
         return r;
     }
-    slot_head_kernel<<<1, 1, 0, ex_.stream>>>(slot.data(), st.rank, owner ? st.rank : shard);
+    slot_head_kernel<><<<1, 1, 0, ex_.stream>>>(slot.data(), st.rank, owner ? st.rank : shard);
     return launched();
   }
 
@@ -167,7 +177,7 @@ class sharded_executor {
   template <class T>
   status finish_sum(device_state& st, std::span<T> out) {
     if (!out.empty()) store_sum_kernel<T><<<grid_for(out.size() / threads + 1), threads, 0, ex_.stream>>>(st.sum, out.data(), out.size(), s_.gate);
-    report_kernel<<<1, 1, 0, ex_.stream>>>(s_.gate, st.outcome);
+    report_kernel<><<<1, 1, 0, ex_.stream>>>(s_.gate, st.outcome);
     return launched();
   }
 
@@ -188,11 +198,11 @@ class sharded_executor {
   }
 
   status finish_gather(device_state& st) {
-    report_kernel<<<1, 1, 0, ex_.stream>>>(s_.gate, st.outcome);
+    report_kernel<><<<1, 1, 0, ex_.stream>>>(s_.gate, st.outcome);
     return launched();
   }
 
-  void advance(device_state& st) { advance_kernel<<<1, 1, 0, ex_.stream>>>(st.step); }
+  void advance(device_state& st) { advance_kernel<><<<1, 1, 0, ex_.stream>>>(st.step); }
 
   // Scratch the compress and decode calls of one rank need (the largest of them).
   template <class T, class C>
@@ -209,9 +219,9 @@ class sharded_executor {
   executor scratch() const { return {ex_.stream, std::span<std::byte>(s_.scratch, s_.scratch_bytes)}; }
 
   status check(std::span<const std::byte> slot, std::uint32_t sender, std::uint32_t shard, std::size_t count, const device_state& st) {
-    walk_kernel<<<1, 1, 0, ex_.stream>>>(slot.data(), slot.size(), sender, shard, count, st.step, s_.gate, s_.used + sender);
+    walk_kernel<><<<1, 1, 0, ex_.stream>>>(slot.data(), slot.size(), sender, shard, count, st.step, s_.gate, s_.used + sender);
     const std::size_t body = slot.size() - gradcomp::sharded::slot_head_bytes;
-    padding_kernel<<<grid_for(body / threads / 16 + 1), threads, 0, ex_.stream>>>(slot.data() + gradcomp::sharded::slot_head_bytes, body,
+    padding_kernel<><<<grid_for(body / threads / 16 + 1), threads, 0, ex_.stream>>>(slot.data() + gradcomp::sharded::slot_head_bytes, body,
                                                                                  s_.used + sender, s_.gate);
     return launched();
   }
@@ -220,7 +230,7 @@ class sharded_executor {
   status decode(const C& c, std::span<const std::byte> slot, std::uint32_t r, std::span<T> out, bool add, bool check_only) {
     cuda::detail::device_executor dev(scratch(), s_.reports + r, cuda::detail::decode_gate{s_.used + r, s_.gate, check_only});
     if (status e = engine::detail::decode<T>(c, dev, slot.subspan(gradcomp::sharded::slot_head_bytes), out, add); !e) return e;
-    gate_from_kernel<<<1, 1, 0, ex_.stream>>>(s_.reports + r, s_.gate);
+    gate_from_kernel<><<<1, 1, 0, ex_.stream>>>(s_.reports + r, s_.gate);
     return launched();
   }
 
