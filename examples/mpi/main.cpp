@@ -22,7 +22,8 @@
 // --tagc-block B, --tagc-cells C: TAGC's sketch block and cells per kept item (default 1 and
 // 1.5: docs/integrations.md says why B = 1 for a model this small).
 // --only NAME runs fp32 and NAME; NAME may also be a diagnostic exchange that the default list
-// leaves out ("tagc-noef": TAGC with its residuals zeroed after every step).
+// leaves out ("tagc-noef": TAGC with its residuals zeroed after every step; "topk-sh-own4%":
+// the sharded top-k whose owners keep 4% of their reduced shard).
 
 #include <gradcomp/gradcomp.hpp>
 #include <mpi.h>
@@ -117,6 +118,11 @@ std::vector<std::unique_ptr<exchange>> all_exchanges(std::size_t n, const option
   x.push_back(std::make_unique<sharded_exchange<int8>>("int8-sh-rs", int8::config{}, n, sharded::mode::reduce_scatter, comm));
   both.operator()<int4>("int4+ef", int4::config{});
   both.operator()<topk>("topk1%+ef", topk::config{.sparsify = {.density = 0.01}});
+  // Diagnostic: top-k whose owners keep 4% of their reduced shard (W x 1%, the most positions
+  // the W ranks' selections can cover) instead of 1%.
+  x.push_back(std::make_unique<sharded_exchange<topk>>("topk-sh-own4%", topk::config{.sparsify = {.density = 0.01}},
+                                                       topk::config{.sparsify = {.density = 0.04}}, n, sharded::mode::all_reduce,
+                                                       comm, true));
   both.operator()<dgc>("dgc1%+ef", dgc::config{.sparsify = {.density = 0.01}});
   both.operator()<sign>("sign+ef", sign::config{});
   return x;
@@ -224,10 +230,11 @@ int main(int argc, char** argv) {
       failed += ok ? 0 : 1;
       std::string note = r.note;
       if (r.limit > 0.0) {  // the ring bytes against the gather row of the same codec ("int8-sh": "int8") and the bound
-        const std::string gathered = r.name.substr(0, r.name.rfind("-sh"));
+        const std::size_t at = r.name.rfind("-sh");
+        const std::string gathered = at == std::string::npos ? std::string{} : r.name.substr(0, at);
         char buf[96];
         for (const outcome& g : results)
-          if (g.name == gathered)
+          if (g.name == gathered && !gathered.empty())
             std::snprintf(buf, sizeof buf, "%.3fx gather's, ", r.per_step.ring / g.per_step.ring), note += buf;
         std::snprintf(buf, sizeof buf, "bound %.0f%s", r.limit, bytes_ok ? "" : " EXCEEDED");
         note += buf;

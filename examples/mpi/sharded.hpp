@@ -44,8 +44,14 @@ class sharded_exchange final : public exchange {
  public:
   using codec_type = gc::sharded::codec<C>;
 
+  // `cfg` compresses the shards each rank sends, `owner` the reduced shard an owner sends on
+  // (all-reduce); the rows use one configuration for both. diagnostic: left out of the default
+  // list.
   sharded_exchange(std::string name, const typename C::config& cfg, std::size_t n, gc::sharded::mode how, MPI_Comm comm)
-      : name_(std::move(name)), codec_(C(cfg), how), comm_(comm) {
+      : sharded_exchange(std::move(name), cfg, cfg, n, how, comm) {}
+  sharded_exchange(std::string name, const typename C::config& cfg, const typename C::config& owner, std::size_t n,
+                   gc::sharded::mode how, MPI_Comm comm, bool diagnostic = false)
+      : name_(std::move(name)), codec_(C(cfg), C(owner), how), comm_(comm), diagnostic_(diagnostic) {
     if (auto s = codec_.validate(); !s) fail(name_.c_str(), s);
     MPI_Comm_size(comm_, &world_);
     MPI_Comm_rank(comm_, &rank_);
@@ -64,10 +70,10 @@ class sharded_exchange final : public exchange {
     // fixed-size payloads ((W-1) max_payload_bytes(n), as over NCCL or torch), plus 128 bytes per
     // slot: the slot's 16-byte head, a frame header of its own (88 bytes), and 24 bytes of
     // rounding (a group's scale where a shard ends inside a group, one more kept value, padding
-    // to 8).
+    // to 8). Each phase takes its 1/W: phase 0 of the sender's payload, phase 1 of the owner's.
     if (how == gc::sharded::mode::all_reduce) {
-      const auto gathered = static_cast<double>(codec_.sender().template max_payload_bytes<float>(n)) * (world_ - 1);
-      limit_ = 2.0 / world_ * gathered + 2.0 * (world_ - 1) * 128.0;
+      const auto payload = [&](const C& c) { return static_cast<double>(c.template max_payload_bytes<float>(n)); };
+      limit_ = (world_ - 1) * ((payload(codec_.sender()) + payload(codec_.owner())) / world_ + 2.0 * 128.0);
     }
     if (how == gc::sharded::mode::reduce_scatter) {
       shard_.assign(shard_size_, 0.0f);  // the last shard's tail stays 0
@@ -80,6 +86,7 @@ class sharded_exchange final : public exchange {
     return codec_.get_mode() == gc::sharded::mode::all_reduce ? "sharded: MPI_Alltoall+Allgather" : "sharded: Alltoall+Allgather fp32";
   }
 
+  bool diagnostic() const override { return diagnostic_; }
   double byte_limit() const override { return limit_; }
 
   traffic average(std::span<const float> grad, std::span<float> avg) override {
@@ -122,6 +129,7 @@ class sharded_exchange final : public exchange {
   std::string name_;
   codec_type codec_;
   MPI_Comm comm_;
+  bool diagnostic_ = false;
   int world_ = 1, rank_ = 0;
   typename codec_type::state st_;
   std::vector<std::uint64_t> send_, recv_;
