@@ -28,6 +28,8 @@ Submodules (imported on first use; they import ``torch.distributed``):
 docs/integrations.md in the repository maps each path onto the collectives.
 """
 
+__version__ = "0.1.0"  # the library's version (tests/packaging/versions.cmake holds every copy equal)
+
 from ._core import Compressor, Error, PhaseCodec, PhaseState, Sharded, ShardedState, State, SummableCast, Tagc, codecs
 
 __all__ = ["Compressor", "Error", "PhaseCodec", "PhaseState", "Sharded", "ShardedState", "State", "SummableCast", "Tagc",
