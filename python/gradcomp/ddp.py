@@ -253,7 +253,10 @@ class HookState:
             ``chosen`` is their all-reduce, ``gather`` and ``sharded`` are None.
         """
         w = int(world) if world is not None else self.world()
-        ring = lambda nbytes: 2 * (w - 1) * nbytes // w  # noqa: E731
+
+        def ring(nbytes: int) -> int:  # what a ring all-reduce of nbytes sends per rank
+            return 2 * (w - 1) * nbytes // w
+
         out = {"bf16_all_reduce": ring(2 * self._numel), "fp32_all_reduce": ring(4 * self._numel)}
         if self.compressor.summable:
             return {"gather": None, "sharded": None, "chosen": ring(self.compressor.wire_bits // 8 * self._numel), **out}
