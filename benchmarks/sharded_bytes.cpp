@@ -101,8 +101,8 @@ sizes sizes_of(const C& comp, std::size_t n, std::uint32_t w) {
     const gc::sharded::codec<C> ar(comp, gc::sharded::mode::all_reduce);
     typename gc::sharded::codec<C>::state st;
     if (auto r = ar.make_state(n, w, 0, st); !r) fail("sharded make_state", r);
-    const auto p0 = ar.template describe<float>(0, st);
-    const auto p1 = ar.template describe<float>(1, st);
+    const auto p0 = ar.describe(0, st);
+    const auto p1 = ar.describe(1, st);
     if (!p0) fail("sharded describe(0)", p0.error());
     if (!p1) fail("sharded describe(1)", p1.error());
     s.slot0 = p0->slot_bytes;
@@ -111,7 +111,7 @@ sizes sizes_of(const C& comp, std::size_t n, std::uint32_t w) {
   const gc::sharded::codec<C> rs(comp, gc::sharded::mode::reduce_scatter);
   typename gc::sharded::codec<C>::state st;
   if (auto r = rs.make_state(n, w, 0, st); !r) fail("sharded make_state", r);
-  const auto p0 = rs.template describe<float>(0, st);
+  const auto p0 = rs.describe(0, st);
   if (!p0) fail("sharded describe(0)", p0.error());
   s.slot0_rs = p0->slot_bytes;
   return s;

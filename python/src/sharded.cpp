@@ -184,7 +184,7 @@ void bind_sharded(nb::module_& m) {
          "    world (int): the ranks (and shards).\n"
          "    rank (int): this rank, ``0 <= rank < world``.\n"
          "    dtype (torch.dtype, optional): the gradients' type, ``torch.float32`` (default) or\n"
-         "        ``torch.bfloat16``; every rank must use the same (it sizes phase 0's slots).\n\n"
+         "        ``torch.bfloat16`` (ranks may differ: a slot holds either).\n\n"
          "Returns:\n"
          "    ShardedState: step 0, zero residuals.\n\n"
          "Raises:\n"

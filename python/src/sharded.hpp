@@ -31,7 +31,7 @@ class sharded_state {
   // The owner's residual of its reduced shard (all-reduce mode with feedback; else empty).
   virtual std::vector<float>& owner_residual() = 0;
 
-  gc::dtype grad_type = gc::dtype::f32;  // the gradients' element type: it sizes phase 0's slots
+  gc::dtype grad_type = gc::dtype::f32;  // the gradients' element type
   std::string identity;                  // the codec (name, id, mode) that made it
 };
 
@@ -91,8 +91,7 @@ class sharded_impl final : public sharded_codec {
 
   gc::sharded::phase describe(std::size_t k, const sharded_state& st) const override {
     const state_impl& s = own(st);
-    const auto p = st.grad_type == gc::dtype::f32 ? codec_.template describe<float>(k, s.st)
-                                                  : codec_.template describe<gc::bf16_t>(k, s.st);
+    const auto p = codec_.describe(k, s.st);
     if (!p) raise(p.error());
     return *p;
   }
@@ -110,26 +109,7 @@ class sharded_impl final : public sharded_codec {
 
   void receive(std::size_t k, sharded_state& st, std::span<const std::byte> in, void* out, std::size_t n,
                gc::dtype t) const override {
-    state_impl& s = own(st);
-    if (k == codec_type::scatter_phase) {
-      // Phase 0's slots are sized by the gradients' type: decode with it. An output of the
-      // other type takes the fp32 sum the codec keeps (rounded to bf16 the library's way).
-      if (t == st.grad_type || n == 0) {
-        receive_as(k, s, in, out, n, st.grad_type);
-        return;
-      }
-      std::vector<std::byte> tmp(n * (st.grad_type == gc::dtype::f32 ? 4 : 2));
-      receive_as(k, s, in, tmp.data(), n, st.grad_type);
-      const std::vector<float>& sum = s.st.sum;
-      if (t == gc::dtype::f32) {
-        std::copy(sum.begin(), sum.end(), static_cast<float*>(out));
-      } else {
-        auto* o = static_cast<gc::bf16_t*>(out);
-        for (std::size_t i = 0; i < n; ++i) o[i] = gc::bf16_t::from_float(sum[i]);
-      }
-      return;
-    }
-    receive_as(k, s, in, out, n, t);
+    receive_as(k, own(st), in, out, n, t);
   }
 
   std::vector<std::byte> checkpoint(const sharded_state& st) const override {

@@ -20,6 +20,7 @@
 
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <span>
@@ -208,7 +209,8 @@ class sharded_executor {
   template <class T, class C>
   static std::size_t scratch_bytes(const C& send, const C& owner, std::size_t n, std::uint32_t world) {
     const std::size_t most = gradcomp::summable::shard_size(n, world);
-    const std::size_t slot = std::max(send.template max_payload_bytes<T>(most), owner.template max_payload_bytes<float>(most));
+    const std::size_t slot = std::max({send.template max_payload_bytes<float>(most), send.template max_payload_bytes<bf16_t>(most),
+                                       owner.template max_payload_bytes<float>(most), owner.template max_payload_bytes<bf16_t>(most)});
     std::size_t b = std::max(cuda::compress_workspace_bytes<T>(send, most), cuda::compress_workspace_bytes<float>(owner, most));
     b = std::max(b, cuda::decode_workspace_bytes<float>(send, most, cuda::max_frames(slot)));
     return std::max(b, cuda::decode_workspace_bytes<T>(owner, most, cuda::max_frames(slot)));
@@ -317,10 +319,9 @@ class codec {
     return {};
   }
 
-  template <gradient_element T = float>
   result<phase> describe(std::size_t k, const state& st) const {
     if (status s = check_state(st); !s) return s;
-    return f_.template describe<T>(k, st.size, st.world);
+    return f_.describe(k, st.size, st.world);
   }
 
   template <gradient_element T>

@@ -68,10 +68,9 @@ class codec {
     return {};
   }
 
-  template <gradient_element T = float>
   result<phase> describe(std::size_t k, const state& st) const {
     if (status s = check_state(st); !s) return s;
-    return f_.template describe<T>(k, st.size, st.world);
+    return f_.describe(k, st.size, st.world);
   }
 
   // Phase 0: grad (n values) into W slots (out: describe(0).send_bytes()). Phase 1: the

@@ -5,6 +5,7 @@
 // same function), the per-rank seeds, and detail::flow, which runs each call over an
 // executor (cpu/sharded.hpp, cuda/sharded.cuh).
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <span>
@@ -141,18 +142,21 @@ class flow {
     return {};
   }
 
-  template <gradient_element T>
+  // A slot holds the frames of the largest shard whether the senders' gradients are fp32 or
+  // bf16 (their chunks, and so their frame headers, differ), so that ranks and receivers of
+  // either type agree on it.
   result<phase> describe(std::size_t k, std::size_t n, std::uint32_t world) const {
     if (k >= phase_count()) return status{errc::invalid_argument, "sharded phases: 0 (scatter) and, for all-reduce, 1 (gather)"};
     const std::size_t most = summable::shard_size(n, world);
-    if (k == 0) return phase{"scatter", collective::all_to_all, slot_head_bytes + align8(send_.template max_payload_bytes<T>(most)), world};
-    // The owner re-encodes its fp32 sum.
-    return phase{"gather", collective::all_gather, slot_head_bytes + align8(owner_.template max_payload_bytes<float>(most)), world};
+    const C& c = k == 0 ? send_ : owner_;
+    const std::size_t payload = std::max(c.template max_payload_bytes<float>(most), c.template max_payload_bytes<bf16_t>(most));
+    return phase{k == 0 ? "scatter" : "gather", k == 0 ? collective::all_to_all : collective::all_gather, slot_head_bytes + align8(payload),
+                 world};
   }
 
   template <gradient_element T, class Ex, class St>
   status encode(Ex& ex, std::size_t k, std::span<const T> grad, St& st, std::span<std::byte> out) const {
-    const result<phase> p = describe<T>(k, st.size, st.world);
+    const result<phase> p = describe(k, st.size, st.world);
     if (!p) return p.error();
     if (st.at != (k == 0 ? stage::encode_scatter : stage::encode_gather)) return out_of_order();
     if (out.size() != p->send_bytes()) return {errc::size_mismatch, "send buffer differs from describe().send_bytes()"};
@@ -176,7 +180,7 @@ class flow {
 
   template <gradient_element T, class Ex, class St>
   status receive(Ex& ex, std::size_t k, St& st, std::span<const std::byte> in, std::span<T> out) const {
-    const result<phase> p = describe<T>(k, st.size, st.world);
+    const result<phase> p = describe(k, st.size, st.world);
     if (!p) return p.error();
     if (st.at != (k == 0 ? stage::receive_scatter : stage::receive_gather)) return out_of_order();
     if (in.size() != p->receive_bytes()) return {errc::size_mismatch, "received buffer differs from describe().receive_bytes()"};
