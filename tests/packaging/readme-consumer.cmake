@@ -6,6 +6,8 @@
 #
 # (Also include()d by readme.cmake, with the same variables set.)
 
+cmake_minimum_required(VERSION 3.25)
+
 foreach(_var README OUT ROUTES)
   if(NOT DEFINED ${_var} OR "${${_var}}" STREQUAL "")
     message(FATAL_ERROR "readme-consumer: -D${_var}=... is required")

@@ -10,6 +10,8 @@
 #   cmake -DGRADCOMP_SOURCE_DIR=... -DGENERATOR=... -DCXX_COMPILER=... -DWORK=<dir>
 #         -DROUTE=find_package|fetchcontent [-DPREFIX=...] [-DVERSION=... -DGIT=<git>] -P readme.cmake
 
+cmake_minimum_required(VERSION 3.25)
+
 include("${CMAKE_CURRENT_LIST_DIR}/driver-common.cmake")
 
 file(REMOVE_RECURSE "${WORK}")

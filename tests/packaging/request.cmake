@@ -3,13 +3,15 @@
 #
 #   cmake -DGRADCOMP_SOURCE_DIR=... -DGENERATOR=... -DCXX_COMPILER=... -DCONSUMER_BINARY_DIR=...
 #         -DREQUEST="9.9" [-DPREFIX=<install prefix>] [-DTOOLCHAIN=<toolchain file>]
-#         [-DLANGUAGES="CXX CUDA" -DCUDA_COMPILER=... -DCUDA_ARCHITECTURES=...]
+#         [-DLANGUAGES="CXX CUDA" -DCUDA_COMPILER=... -DCUDA_ARCHITECTURES=... [-DCUDA_STANDARD=...]]
 #         [-DEXPECT_TARGETS=...] [-DHIDE_CUDA=ON] [-DEXPECT_ERROR=<regex>] -P request.cmake
 #
 # EXPECT_ERROR: the configure must fail, and its output (whitespace runs made one space, as
 # CMake wraps its messages) must match the regex. Without it, the configure must succeed.
 # HIDE_CUDA: the configure runs as on a machine without the CUDA toolkit (no nvcc on the PATH,
 # CUDACXX and CUDA_PATH unset).
+
+cmake_minimum_required(VERSION 3.25)
 
 include("${CMAKE_CURRENT_LIST_DIR}/driver-common.cmake")
 
@@ -29,20 +31,33 @@ endif()
 if(DEFINED CUDA_COMPILER AND NOT "${CUDA_COMPILER}" STREQUAL "")
   list(APPEND _args "-DCMAKE_CUDA_COMPILER=${CUDA_COMPILER}" "-DCMAKE_CUDA_ARCHITECTURES=${CUDA_ARCHITECTURES}")
 endif()
+if(DEFINED CUDA_STANDARD AND NOT "${CUDA_STANDARD}" STREQUAL "")
+  list(APPEND _args "-DCMAKE_CUDA_STANDARD=${CUDA_STANDARD}")
+endif()
 
 if(HIDE_CUDA)
+  # CMake looks for nvcc in CUDACXX, CUDA_PATH/bin, on the PATH and in the system's prefixes:
+  # every directory of these that holds one is taken off the PATH and ignored by find_*.
   unset(ENV{CUDACXX})
   unset(ENV{CUDA_PATH})
   if(CMAKE_HOST_UNIX)
     string(REPLACE ":" ";" _path "$ENV{PATH}")
     set(_kept "")
-    foreach(_dir IN LISTS _path)
-      if(NOT EXISTS "${_dir}/nvcc")
+    set(_ignored "")
+    foreach(_dir IN LISTS _path ITEMS /usr/local/bin /usr/bin /bin /usr/local/cuda/bin /opt/cuda/bin)
+      if(EXISTS "${_dir}/nvcc")
+        list(APPEND _ignored "${_dir}")
+      elseif(_dir IN_LIST _path)
         list(APPEND _kept "${_dir}")
       endif()
     endforeach()
+    list(REMOVE_DUPLICATES _kept)
+    list(REMOVE_DUPLICATES _ignored)
     string(JOIN ":" _kept ${_kept})
     set(ENV{PATH} "${_kept}")
+    file(WRITE "${CONSUMER_BINARY_DIR}-hide-cuda.cmake" "set(CMAKE_IGNORE_PATH \"${_ignored}\" CACHE STRING \"\")\n")
+    list(APPEND _args -C "${CONSUMER_BINARY_DIR}-hide-cuda.cmake")
+    message(STATUS "request: without the CUDA toolkit: ignoring ${_ignored}")
   endif()
 endif()
 

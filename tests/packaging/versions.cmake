@@ -6,6 +6,8 @@
 #
 #   cmake -DROOT=<source dir> -DVERSION=<project version> -P versions.cmake
 
+cmake_minimum_required(VERSION 3.25)
+
 if(NOT VERSION MATCHES "^[0-9]+\\.[0-9]+\\.[0-9]+$")
   message(FATAL_ERROR "versions.cmake: -DVERSION=MAJOR.MINOR.PATCH is required (got '${VERSION}')")
 endif()
