@@ -16,7 +16,8 @@
 #   tests/packaging/wheel.sh <python of an environment with torch, pytest, scikit-build-core,
 #                             nanobind> [work folder, default build/packaging/wheel]
 #
-# `build` is pip-installed into that environment when it lacks it.
+# `build` and python/pyproject.toml's build requirements are pip-installed into that
+# environment when it lacks them.
 set -euo pipefail
 
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
@@ -29,8 +30,12 @@ work="$(cd "${work}" && pwd)"
 # python/'s) would shadow the `build` module.
 cd "${work}"
 
-if ! "${python}" -c 'import build, scikit_build_core, nanobind, torch, pytest' 2>/dev/null; then
-  "${python}" -m pip install --quiet build
+# The build frontend and python/pyproject.toml's build requirements, into that environment
+# where they are missing (once: later runs find them).
+if ! "${python}" -c 'import build, scikit_build_core, nanobind' 2>/dev/null; then
+  mapfile -t requires < <("${python}" -c 'import re, sys; t = open(sys.argv[1]).read(); print("\n".join(re.findall(r"\"([^\"]+)\"", re.search(r"^requires\s*=\s*\[([^\]]*)\]", t, re.M).group(1))))' \
+    "${repo}/python/pyproject.toml")
+  (set -x; "${python}" -m pip install --quiet build "${requires[@]}")
 fi
 version="$("${python}" -c 'import re, sys; print(re.search(r"^version = \"([^\"]+)\"", open(sys.argv[1]).read(), re.M).group(1))' \
   "${repo}/python/pyproject.toml")"
