@@ -70,14 +70,14 @@ inline status load_checkpoint(std::span<const std::byte> in, std::uint32_t codec
   const std::byte* p = in.data();
   if (in.size() < checkpoint::v1_header_bytes + 4) return {errc::truncated, "checkpoint shorter than its header"};
   if (load_le<std::uint32_t>(p) != checkpoint::magic) return {errc::bad_magic, "not a gradcomp checkpoint"};
-  const auto version = load_le<std::uint16_t>(p + 4);
-  if (version != 1 && version != 2) return {errc::unsupported_version, "checkpoint version is not 1 or 2"};
-  const std::size_t header = version == 1 ? checkpoint::v1_header_bytes : checkpoint::header_bytes;
+  const auto format = load_le<std::uint16_t>(p + 4);
+  if (format != 1 && format != 2) return {errc::unsupported_version, "checkpoint version is not 1 or 2"};
+  const std::size_t header = format == 1 ? checkpoint::v1_header_bytes : checkpoint::header_bytes;
   if (in.size() < header + 4) return {errc::truncated, "checkpoint shorter than its header"};
   if (load_le<std::uint16_t>(p + 6) != 0 || load_le<std::uint32_t>(p + 12) != 0)
     return {errc::bad_header, "reserved checkpoint field is not zero"};
   std::uint64_t counts[3] = {load_le<std::uint64_t>(p + 32), 0, 0};
-  if (version == 2) counts[1] = load_le<std::uint64_t>(p + 40), counts[2] = load_le<std::uint64_t>(p + 48);
+  if (format == 2) counts[1] = load_le<std::uint64_t>(p + 40), counts[2] = load_le<std::uint64_t>(p + 48);
   std::uint64_t left = (in.size() - header - 4) / 4;  // floats the image can hold
   for (std::uint64_t c : counts) {
     if (c > left) return {errc::truncated, "checkpoint arrays truncated"};
