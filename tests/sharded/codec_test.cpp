@@ -67,7 +67,7 @@ struct ranks {
   // Phase 0 of every rank, then what rank `to` receives from the all-to-all.
   template <class T = float>
   std::vector<bytes> scatter(const std::vector<std::vector<T>>& g) {
-    const auto p = *codec.template describe<T>(0, st[0]);
+    const auto p = *codec.describe(0, st[0]);
     sent0.assign(world(), bytes(p.send_bytes()));
     for (std::uint32_t r = 0; r < world(); ++r) REQUIRE(codec.template encode<T>(0, g[r], st[r], sent0[r]).ok());
     std::vector<bytes> got(world(), bytes(p.receive_bytes()));
