@@ -1,5 +1,6 @@
-"""Turns benchmarks/e2e/run.py's results into the table in docs/integrations.md (between the
-e2e-table markers) and the plot docs/e2e-bandwidth.png.
+"""Turns benchmarks/e2e/run.py's results into a table in docs/integrations.md and a plot in docs/:
+2 ranks between the e2e-table markers and docs/e2e-bandwidth.png; W ranks (another W) between
+the e2e-table-W markers and docs/e2e-bandwidth-W.png.
 
 Target loss: the 10-step mean loss fp32 reaches at 1/4 of the curve; steps to target: the
 first step at which a method's 10-step mean is at or below it. Time to target: steps to target
@@ -101,13 +102,15 @@ def table(res, target, rows):
     return "\n".join(out)
 
 
-def plot(rows, path):
+def plot(rows, world, path):
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     rates = [r for r in RATE_BITS if r in rows[0]["rates"]]
+    if any(rows[0]["rates"][r]["measured"] for r in rates):  # plot measured rates only
+        rates = [r for r in rates if rows[0]["rates"][r]["measured"]]
     fig, ax = plt.subplots(figsize=(10, 5.5))
     w = 0.8 / len(rows)
     colors = plt.cm.tab20.colors  # 20 distinct colours: one per method
@@ -118,7 +121,7 @@ def plot(rows, path):
     ax.set_xticks([j + 0.4 - w / 2 for j in range(len(rates))], rates)
     ax.set_ylabel("time to target loss (s)")
     ax.set_yscale("log")
-    ax.set_title("Training time to target under a limited link (2 ranks, gloo; DDP, FSDP2 hatched)")
+    ax.set_title(f"Training time to target under a limited link ({world} ranks, gloo; DDP, FSDP2 hatched)")
     ax.legend(fontsize=8, ncol=3, loc="upper center", bbox_to_anchor=(0.5, -0.08))
     fig.tight_layout()
     fig.savefig(path, dpi=110)
@@ -136,11 +139,15 @@ def main():
     doc = os.path.join(ROOT, "docs", "integrations.md")
     with open(doc) as f:
         text = f.read()
-    new = re.sub(r"(<!-- e2e-table:begin -->\n).*?(<!-- e2e-table:end -->)", lambda m: m.group(1) + md + "\n" + m.group(2),
-                 text, flags=re.S)
+    tag = "" if res["world"] == 2 else f"-{res['world']}"
+    marks = (f"<!-- e2e-table{tag}:begin -->\n", f"<!-- e2e-table{tag}:end -->")
+    if marks[0] not in text:
+        raise SystemExit(f"docs/integrations.md has no {marks[0].strip()} ... {marks[1]} markers")
+    new = re.sub("(" + re.escape(marks[0]) + ").*?(" + re.escape(marks[1]) + ")",
+                 lambda m: m.group(1) + md + "\n" + m.group(2), text, flags=re.S)
     with open(doc, "w") as f:
         f.write(new)
-    plot(rows, os.path.join(ROOT, "docs", "e2e-bandwidth.png"))
+    plot(rows, res["world"], os.path.join(ROOT, "docs", f"e2e-bandwidth{tag}.png"))
 
 
 if __name__ == "__main__":

@@ -1,6 +1,8 @@
 """End-to-end benchmark: DDP training time under a limited link, per gradient exchange.
 
-    sudo .venv/bin/python benchmarks/e2e/run.py            # about 15 minutes on 2 cores
+    sudo .venv/bin/python benchmarks/e2e/run.py            # about 25 minutes on 2 cores
+    sudo .venv/bin/python benchmarks/e2e/run.py --world 8 --out build/e2e/results-8.json \
+        --curve-steps 200 --rates 100mbit,1gbit --repeats 1   # 8 ranks on the same cores
     .venv/bin/python benchmarks/e2e/report.py              # table -> docs/integrations.md, plot -> docs/
 
 1. Loss curves: every method trains the benchmark model (rank.py) for --curve-steps steps on
@@ -29,12 +31,16 @@ METHODS = [  # (label, spec, options)
     ("torch bf16 hook", "torch:bf16", {}),
     ("torch PowerSGD r4", "torch:powersgd", {"rank": 4}),
     ("gradcomp bf16", "bf16", {}),
-    ("gradcomp int8", "int8", {}),
-    ("gradcomp int4+EF", "int4", {"error_feedback": True}),
-    ("gradcomp top-k 1%+EF", "topk", {"density": 0.01}),
+    ("gradcomp int8 gather", "int8", {"path": "gather"}),
+    ("gradcomp int8 sharded", "int8", {"path": "sharded"}),
+    ("gradcomp int4+EF gather", "int4", {"error_feedback": True, "path": "gather"}),
+    ("gradcomp int4+EF sharded", "int4", {"error_feedback": True, "path": "sharded"}),
+    ("gradcomp top-k 1%+EF gather", "topk", {"density": 0.01, "path": "gather"}),
+    ("gradcomp top-k 1%+EF sharded", "topk", {"density": 0.01, "path": "sharded"}),
     ("gradcomp TAGC (DDP all-reduce)", "tagc", {}),
     ("FSDP2 fp32 reduce-scatter", "fsdp:fp32", {}),
     ("gradcomp TAGC (FSDP2 reduce-scatter)", "fsdp:tagc", {}),
+    ("gradcomp int8 (FSDP2 reduce-scatter)", "fsdp:int8", {}),
 ]
 RATES = {"unlimited": (None, None), "100mbit": (100e6, "64kb"), "1gbit": (1e9, "256kb"), "10gbit": (10e9, "2mb")}
 NS = "gc-e2e"
@@ -123,6 +129,7 @@ def main():
                                      "params": r["params"], "loopback_step_times": r["step_times"]}
             print(f"curve  {label:24s} eval {r['eval']:.4f}", flush=True)
         print(f"curves: {time.time() - t:.0f} s", flush=True)
+        save(res, a.out)
     why = netns_available()
     res["netns"] = why or "ok"
     if why:
@@ -141,11 +148,17 @@ def main():
                             {"step_times": r["step_times"], "tx_bytes": r["tx_bytes"]})
                         d = [y - x for x, y in zip(r["step_times"], r["step_times"][1:])][12:]
                         print(f"{rep} {rate:9s} {label:24s} {sorted(d)[len(d) // 2] * 1e3:8.1f} ms/step", flush=True)
+                    save(res, a.out)  # what is measured so far survives a failure later
         finally:
             teardown(a.world)
-    with open(a.out, "w") as f:
-        json.dump(res, f)
+    save(res, a.out)
     print("wrote", os.path.abspath(a.out))
+
+
+def save(res, path):
+    with open(path + ".tmp", "w") as f:
+        json.dump(res, f)
+    os.replace(path + ".tmp", path)
 
 
 if __name__ == "__main__":
