@@ -1,6 +1,6 @@
 """End-to-end benchmark: DDP training time under a limited link, per gradient exchange.
 
-    sudo .venv/bin/python benchmarks/e2e/run.py            # about 25 minutes on 2 cores
+    sudo .venv/bin/python benchmarks/e2e/run.py            # 13 to 25 minutes on 2 cores
     sudo .venv/bin/python benchmarks/e2e/run.py --world 8 --out build/e2e/results-8.json \
         --curve-steps 200 --rates 100mbit,1gbit --repeats 1   # 8 ranks on the same cores
     .venv/bin/python benchmarks/e2e/report.py              # table -> docs/integrations.md, plot -> docs/

@@ -2,7 +2,7 @@
 sends per step, for every gradient exchange, at 4 ranks (gloo on CPU, one process and one
 thread per rank).
 
-    ~/.cache/gradcomp-ci/venv/bin/python benchmarks/frontier/run.py --steps 800   # about 1.7 h on 2 cores
+    ~/.cache/gradcomp-ci/venv/bin/python benchmarks/frontier/run.py --steps 400   # 33 minutes on 2 cores (49 methods)
     ~/.cache/gradcomp-ci/venv/bin/python benchmarks/frontier/report.py           # table -> docs/sharded.md, plot -> docs/
 
 Results go to build/frontier/results.jsonl, one line per method as soon as it is done; a
@@ -103,7 +103,7 @@ def done_labels(out):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--world", type=int, default=4)
-    ap.add_argument("--steps", type=int, default=800)
+    ap.add_argument("--steps", type=int, default=400)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--only", default=None, help="comma-separated labels")
     ap.add_argument("--fresh", action="store_true", help="start a new results file")
