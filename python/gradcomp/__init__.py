@@ -30,10 +30,10 @@ docs/integrations.md in the repository maps each path onto the collectives.
 
 __version__ = "0.1.0"  # the library's version (tests/packaging/versions.cmake holds every copy equal)
 
-from ._core import Compressor, Error, PhaseCodec, PhaseState, Sharded, ShardedState, State, SummableCast, Tagc, codecs
+from ._core import Compressor, Error, PhaseCodec, PhaseState, Sharded, ShardedState, State, SummableCast, Tagc, codecs, crc32c
 
 __all__ = ["Compressor", "Error", "PhaseCodec", "PhaseState", "Sharded", "ShardedState", "State", "SummableCast", "Tagc",
-           "codecs", "ddp", "fsdp", "tagc", "testing"]
+           "codecs", "crc32c", "ddp", "fsdp", "tagc", "testing"]
 
 _SUBMODULES = ("ddp", "fsdp", "tagc", "testing")
 

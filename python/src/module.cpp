@@ -104,6 +104,16 @@ NB_MODULE(_core, m) {
      "Returns:\n"
      "    dict[str, str]: codec name -> what it is (e.g. ``\"topk\"``, ``\"int8\"``, ``\"bf16\"``).");
 
+  m.def("crc32c", [](nb::bytes data, std::uint32_t value) {
+    return gc::crc32c({static_cast<const std::byte*>(data.data()), data.size()}, value);
+  }, nb::arg("data"), nb::arg("value") = 0,
+     "CRC32C (Castagnoli) of bytes, the checksum of every gradcomp frame and checkpoint.\n\n"
+     "Args:\n"
+     "    data (bytes): the bytes.\n"
+     "    value (int): the CRC of the bytes before ``data``, to checksum a stream piece by piece.\n\n"
+     "Returns:\n"
+     "    int: the CRC32C, e.g. ``crc32c(b\"123456789\") == 0xE3069283``.");
+
   nb::class_<state_box>(m, "State",
       "One buffer's state for a :class:`Compressor`: step, error-feedback residual, thresholds.\n\n"
       "Made by :meth:`Compressor.make_state` for a buffer of a fixed size; pass it to every "
