@@ -22,20 +22,24 @@ Submodules (imported on first use; they import ``torch.distributed``):
   name, on the gather or the sharded path) and :func:`gradcomp.ddp.tagc_hook` (TAGC-2);
 * :mod:`gradcomp.fsdp`: any codec (sharded reduce-scatter) or TAGC-2 as FSDP2's reduce-scatter,
   :func:`gradcomp.fsdp.attach`;
+* :mod:`gradcomp.restart`: checkpoints every N steps from every rank, atomic and checksummed,
+  and the resume from the newest one every rank verifies;
 * :mod:`gradcomp.tagc`: what the two TAGC paths share;
-* :mod:`gradcomp.testing`: the tests' model, task and training loop.
+* :mod:`gradcomp.testing`: the tests' model, task and training loop;
+* :mod:`gradcomp.tp`: tensor parallelism (Megatron-style layers, a GPT block) whose exchanges
+  go through AccTFM's hybrid codec, optionally pipelined by :func:`plan_layer`.
 
 docs/integrations.md in the repository maps each path onto the collectives.
 """
 
 __version__ = "0.1.0"  # the library's version (tests/packaging/versions.cmake holds every copy equal)
 
-from ._core import Compressor, Error, PhaseCodec, PhaseState, Sharded, ShardedState, State, SummableCast, Tagc, codecs, crc32c
+from ._core import Compressor, Error, PhaseCodec, PhaseState, Sharded, ShardedState, State, SummableCast, Tagc, best_chunking, codecs, crc32c, pipeline_seconds, plan_layer
 
 __all__ = ["Compressor", "Error", "PhaseCodec", "PhaseState", "Sharded", "ShardedState", "State", "SummableCast", "Tagc",
-           "codecs", "crc32c", "ddp", "fsdp", "tagc", "testing"]
+           "best_chunking", "codecs", "crc32c", "pipeline_seconds", "plan_layer", "ddp", "fsdp", "restart", "tagc", "testing", "tp"]
 
-_SUBMODULES = ("ddp", "fsdp", "tagc", "testing")
+_SUBMODULES = ("ddp", "fsdp", "restart", "tagc", "testing", "tp")
 
 
 def __getattr__(name: str):  # the submodules import torch.distributed: load them on first use

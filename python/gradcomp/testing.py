@@ -268,3 +268,71 @@ def train(spec: str, steps: int, *, options=None, batch=8, seq=32, optimizer="sg
             "paths": dict(hook_state.paths) if hasattr(hook_state, "paths") else None, "params": flat,
             "peeled": hook_state.peel_fraction() if hasattr(hook_state, "peel_fraction") else None,
             "initial_loss": math.log(net.tok.num_embeddings)}
+
+
+def train_tp(exchange, steps: int, *, chunks=None, batch=8, seq=32, optimizer="sgd", lr=None, seed=0,
+             target_loss=None, model_kw=None, plan_link=None):
+    """Trains :class:`TinyTransformer` split over the process group by tensor parallelism
+    (:class:`gradcomp.tp.GPT`): every rank sees the same batches, and no gradient is
+    all-reduced (each rank's gradients are exact for its share, and the replicated parameters'
+    are the same on every rank).
+
+    Args:
+        exchange (gradcomp.tp.Exchange or str): the exchange, or its name for
+            :func:`gradcomp.tp.make_exchange` (``"fp32"``, ``"bf16"``, ``"acctfm"``).
+        steps (int): training steps.
+        chunks (list[int] or "plan", optional): token rows per chunk for every parallel layer,
+            or ``"plan"``: :func:`gradcomp.tp.plan` for the link ``plan_link``.
+        batch, seq, optimizer, lr, seed, target_loss, model_kw: as for :func:`train`.
+        plan_link (tuple, optional): ``(bytes_per_s, latency_s)`` for ``chunks="plan"``.
+
+    Returns:
+        dict: ``losses``, ``eval`` (held-out loss), ``seconds``, ``step_seconds`` (each step's
+        time), ``time_to_target``, ``bytes_sent`` (the exchange's), ``same`` (whether every
+        rank holds the same logits and replicated parameters, bit for bit), ``plans`` (the
+        planner's, or None), ``initial_loss``.
+    """
+    from . import tp
+
+    if isinstance(exchange, str):
+        exchange = tp.make_exchange(exchange)
+    model_kw = dict(model_kw or {})
+    model = tp.GPT(exchange, seq=seq, seed=seed, **model_kw)
+    plans = None
+    if chunks == "plan":
+        bytes_per_s, latency_s = plan_link
+        plans = tp.plan(model, batch * seq, bytes_per_s, latency_s)
+    elif chunks is not None:
+        for layer in model.parallel_layers():
+            layer.chunks = list(chunks)
+    if optimizer == "sgd":
+        opt = torch.optim.SGD(model.parameters(), lr=lr or 0.1, momentum=0.9)
+    else:
+        opt = torch.optim.AdamW(model.parameters(), lr=lr or 3e-3, weight_decay=0.0)
+    task = MarkovTask(vocab=model.tok.num_embeddings, seed=seed)
+    losses, times, t_target = [], [], None
+    dist.barrier()
+    t0 = time.perf_counter()
+    for step in range(steps):
+        ts = time.perf_counter()
+        x, y = task.batch(step * 4096, batch, seq)
+        loss = F.cross_entropy(model(x).flatten(0, 1), y.flatten())
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())
+        times.append(time.perf_counter() - ts)
+        if target_loss is not None and t_target is None and len(losses) >= 10 and sum(losses[-10:]) / 10 <= target_loss:
+            t_target = time.perf_counter() - t0
+    seconds = time.perf_counter() - t0
+    with torch.no_grad():
+        ex, ey = task.batch(-7, 64, seq)
+        logits = model(ex)
+        ev = F.cross_entropy(logits.flatten(0, 1), ey.flatten()).item()
+    replicated = torch.cat([logits.flatten(), model.tok.weight.detach().flatten(), model.head.weight.detach().flatten()])
+    lo, hi = replicated.view(torch.int32).clone(), replicated.view(torch.int32).clone()
+    dist.all_reduce(lo, op=dist.ReduceOp.MIN)
+    dist.all_reduce(hi, op=dist.ReduceOp.MAX)
+    return {"losses": losses, "eval": ev, "seconds": seconds, "step_seconds": times, "time_to_target": t_target,
+            "bytes_sent": exchange.bytes_sent, "same": bool(torch.equal(lo, hi)), "plans": plans,
+            "initial_loss": math.log(model.tok.num_embeddings)}

@@ -6,6 +6,8 @@
 
 #include <gradcomp/gradcomp.hpp>
 #include <gradcomp/sharded/codec.hpp>
+#include <gradcomp/transformer/acctfm.hpp>
+#include <gradcomp/transformer/planner.hpp>
 
 #include <cstddef>
 #include <cstdint>
@@ -57,6 +59,13 @@ class codec {
   // Summable casts only: codes = encode(src * scale), and dst (+)= decode(codes).
   virtual void encode_cast(const float* src, void* codes, std::size_t n, float scale) const = 0;
   virtual void decode_cast(const void* codes, float* dst, std::size_t n, bool add) const = 0;
+  // out += every payload of an all-gather (gc::transformer::accumulate_gathered): back to back
+  // (slot_bytes 0) or one per slot of slot_bytes; all frames are checked before any is added.
+  virtual void accumulate_gathered(std::span<const std::byte> gathered, std::size_t slot_bytes, void* out, std::size_t n,
+                                   gc::dtype t) const = 0;
+  // The codec's wire_path measured on a float32 sample (gc::transformer::measure_path).
+  virtual gc::transformer::wire_path measure_path(std::span<const float> sample, gc::transformer::collective coll,
+                                                  int repeats) const = 0;
   // This compressor as sharded::codec<C> in mode m (defined in sharded.hpp).
   virtual std::unique_ptr<sharded_codec> make_sharded(gc::sharded::mode m) const = 0;
 };
@@ -78,6 +87,10 @@ bool set_option(Cfg& c, const std::string& key, const option_value& v) {
   auto part = [&](auto& p) {
     using P = std::remove_cvref_t<decltype(p)>;
     if constexpr (requires { p.density; }) if (key == "density") p.density = as_double(key, v), done = true;
+    if constexpr (requires { p.cols; }) {
+      if (key == "cols") p.cols = static_cast<std::size_t>(as_int(key, v)), done = true;
+      if (key == "k_per_row") p.k_per_row = static_cast<std::size_t>(as_int(key, v)), done = true;
+    }
     if constexpr (requires { p.group; }) if (key == "group") p.group = static_cast<std::size_t>(as_int(key, v)), done = true;
     if constexpr (requires { p.round; }) if (key == "rounding") p.round = as_rounding(key, v), done = true;
     if constexpr (requires { p.levels; }) if (key == "levels") p.levels = static_cast<unsigned>(as_int(key, v)), done = true;
@@ -105,6 +118,10 @@ options get_options(const Cfg& c) {
   options o;
   auto part = [&](const auto& p) {
     if constexpr (requires { p.density; }) o["density"] = p.density;
+    if constexpr (requires { p.cols; }) {
+      o["cols"] = static_cast<long long>(p.cols);
+      o["k_per_row"] = static_cast<long long>(p.k_per_row);
+    }
     if constexpr (requires { p.group; }) o["group"] = static_cast<long long>(p.group);
     if constexpr (requires { p.round; })
       o["rounding"] = std::string(p.round == gc::quantize::rounding::stochastic ? "stochastic" : "nearest");
@@ -188,6 +205,20 @@ class codec_impl final : public codec {
       (void)codes, (void)dst, (void)n, (void)add;
       raise({gc::errc::invalid_argument, "decode_cast: this codec is not a summable cast"});
     }
+  }
+  void accumulate_gathered(std::span<const std::byte> gathered, std::size_t slot_bytes, void* out, std::size_t n,
+                           gc::dtype t) const override {
+    if (t == gc::dtype::f32)
+      check(gc::transformer::accumulate_gathered<C, float>(comp_, gathered, slot_bytes, std::span(static_cast<float*>(out), n)));
+    else
+      check(gc::transformer::accumulate_gathered<C, gc::bf16_t>(comp_, gathered, slot_bytes,
+                                                                std::span(static_cast<gc::bf16_t*>(out), n)));
+  }
+  gc::transformer::wire_path measure_path(std::span<const float> sample, gc::transformer::collective coll,
+                                          int repeats) const override {
+    const auto w = gc::transformer::measure_path(comp_, sample, coll, repeats);
+    if (!w) raise(w.error());
+    return *w;
   }
   std::unique_ptr<sharded_codec> make_sharded(gc::sharded::mode m) const override;
 

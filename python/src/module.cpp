@@ -247,6 +247,49 @@ NB_MODULE(_core, m) {
          "    out (torch.Tensor): float32 or bfloat16, the compressed buffer's size.\n\n"
          "Raises:\n"
          "    gradcomp.Error: a frame failed validation; ``out`` is untouched then.")
+      .def("accumulate_gathered", [](const codec_box& c, in_array gathered, out_array out, std::size_t slot_bytes) {
+        check_cpu_contiguous(out, "out");
+        const gc::dtype t = grad_dtype(out, "out");
+        const auto p = byte_view(gathered, "gathered");
+        nb::gil_scoped_release unlocked;
+        c.impl->accumulate_gathered(p, slot_bytes, const_cast<void*>(out.data()), out.size(), t);
+      }, nb::arg("gathered").noconvert(), nb::arg("out").noconvert(), nb::arg("slot_bytes") = 0,
+         nb::sig("def accumulate_gathered(self, gathered: torch.Tensor, out: torch.Tensor, slot_bytes: int = 0) -> None"),
+         "Adds every rank's payload of an all-gather to ``out``: the gather path's sum.\n\n"
+         "Every rank accumulating the same gathered bytes, its own payload included, holds the same sum bit\n"
+         "for bit. Every frame of every payload is validated before anything is added.\n\n"
+         "Args:\n"
+         "    gathered (torch.Tensor): uint8, the payloads back to back (``slot_bytes == 0``), or one per\n"
+         "        slot of ``slot_bytes`` (a fixed-size all-gather of :meth:`max_payload_bytes`; the rest of\n"
+         "        each slot is ignored).\n"
+         "    out (torch.Tensor): float32 or bfloat16, the compressed buffer's size.\n"
+         "    slot_bytes (int): the slot size, or 0.\n\n"
+         "Raises:\n"
+         "    gradcomp.Error: a frame failed validation, or ``gathered`` is not a whole number of slots\n"
+         "        (``size_mismatch``); ``out`` is untouched then.")
+      .def("measure_path", [](const codec_box& c, in_array sample, const std::string& coll, int repeats) {
+        const auto x = float_span(sample, "sample");
+        gc::transformer::collective k{};
+        if (coll == "all_gather") k = gc::transformer::collective::all_gather;
+        else if (coll == "all_reduce") k = gc::transformer::collective::all_reduce;
+        else throw nb::value_error("collective: 'all_gather' or 'all_reduce'");
+        gc::transformer::wire_path w;
+        {
+          nb::gil_scoped_release unlocked;
+          w = c.impl->measure_path(x, k, repeats);
+        }
+        return wire_path_dict(w);
+      }, nb::arg("sample").noconvert(), nb::arg("collective") = "all_gather", nb::arg("repeats") = 3,
+         nb::sig("def measure_path(self, sample: torch.Tensor, collective: str = 'all_gather', repeats: int = 3) -> dict[str, float | str]"),
+         "This codec as a path of :func:`plan_layer`, timed on this host.\n\n"
+         "The fastest of ``repeats`` compress and accumulate calls on ``sample``.\n\n"
+         "Args:\n"
+         "    sample (torch.Tensor): float32 values like the ones to send (one chunk gives the frame size).\n"
+         "    collective (str): ``\"all_gather\"`` (default; payloads differ per rank) or ``\"all_reduce\"``.\n"
+         "    repeats (int): timed calls.\n\n"
+         "Returns:\n"
+         "    dict: ``wire_bytes_per_element``, ``frame_bytes``, ``encode_elements_per_s``,\n"
+         "    ``decode_elements_per_s``, ``call_s``, ``collective``.")
       .def("encode_cast", [](const codec_box& c, in_array src, out_array codes, float scale) {
         check_cpu_contiguous(src, "src");
         check_cpu_contiguous(codes, "codes");
@@ -290,4 +333,5 @@ NB_MODULE(_core, m) {
 
   bind_summable(m);
   bind_sharded(m);
+  bind_planner(m);
 }
