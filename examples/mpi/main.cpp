@@ -24,12 +24,18 @@
 // --only NAME runs fp32 and NAME; NAME may also be a diagnostic exchange that the default list
 // leaves out ("tagc-noef": TAGC with its residuals zeroed after every step; "topk-sh-own4%":
 // the sharded top-k whose owners keep 4% of their reduced shard).
+// --die-at-step K --die-rank R [--die-how kill|exit]: a failure drill. Rank R dies at step K of
+// the first exchange it runs (of NAME with --only NAME), after its gradient and before the
+// exchange, so the other ranks wait in that exchange's collective: by SIGKILL (default; what
+// the kernel's out-of-memory killer sends) or by std::_Exit(3) without MPI_Finalize. The MPI
+// launcher must then end every rank with an error (examples/mpi/die_test.cmake checks how fast).
 
 #include <gradcomp/gradcomp.hpp>
 #include <mpi.h>
 
 #include <chrono>
 #include <cmath>
+#include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -55,6 +61,8 @@ struct options {
   std::string only;
   unsigned tagc_block = 1;       // B of TAGC's sketch (the library's default)
   double tagc_cells = 1.5;       // TAGC's cells per kept item (adaptive sizing)
+  int die_at_step = -1, die_rank = -1;  // the failure drill (none by default)
+  std::string die_how = "kill";
 };
 
 options parse(int argc, char** argv) {
@@ -71,12 +79,27 @@ options parse(int argc, char** argv) {
     else if (a == "--only" && v) o.only = v, ++i;
     else if (a == "--tagc-block" && v) o.tagc_block = static_cast<unsigned>(std::atoi(v)), ++i;
     else if (a == "--tagc-cells" && v) o.tagc_cells = std::atof(v), ++i;
+    else if (a == "--die-at-step" && v) o.die_at_step = std::atoi(v), ++i;
+    else if (a == "--die-rank" && v) o.die_rank = std::atoi(v), ++i;
+    else if (a == "--die-how" && v && (std::strcmp(v, "kill") == 0 || std::strcmp(v, "exit") == 0)) o.die_how = v, ++i;
     else {
-      std::fprintf(stderr, "usage: gradcomp_mpi [--steps N] [--batch B] [--lr X] [--print-every K] [--only NAME] [--check MARGIN] [--tagc-block B] [--tagc-cells C]\n");
+      std::fprintf(stderr, "usage: gradcomp_mpi [--steps N] [--batch B] [--lr X] [--print-every K] [--only NAME] [--check MARGIN] "
+                           "[--tagc-block B] [--tagc-cells C] [--die-at-step K --die-rank R [--die-how kill|exit]]\n");
       std::exit(2);
     }
   }
   return o;
+}
+
+// The failure drill: this rank dies now, saying so first (stderr is unbuffered).
+[[noreturn]] void die(const options& o, int rank, int step, const std::string& exchange) {
+  std::fprintf(stderr, "gradcomp_mpi: rank %d dies at step %d of %s (--die-at-step, %s)\n", rank, step, exchange.c_str(),
+               o.die_how == "kill" ? "SIGKILL" : "exit status 3 without MPI_Finalize");
+  std::fflush(stdout);
+#ifdef SIGKILL
+  if (o.die_how == "kill") std::raise(SIGKILL);
+#endif
+  std::_Exit(3);
 }
 
 std::vector<std::unique_ptr<exchange>> all_exchanges(std::size_t n, const options& o, const wire_ops& ops, MPI_Comm comm) {
@@ -175,9 +198,12 @@ int main(int argc, char** argv) {
   std::vector<outcome> results;
   {
     const wire_ops ops;  // user-defined MPI_Ops: freed before MPI_Finalize
+    bool drilled = false;  // the failure drill runs in the first exchange (or in --only's)
     for (auto& ex : all_exchanges(shape.params(), opt, ops, MPI_COMM_WORLD)) {
       const bool wanted = opt.only.empty() ? !ex->diagnostic() : ex->name() == opt.only || ex->name() == "fp32";
       if (!wanted) continue;
+      const bool drill = !drilled && opt.die_at_step >= 0 && (opt.only.empty() || ex->name() == opt.only);
+      drilled = drilled || drill;
       std::vector<float> params = initial, velocity(params.size(), 0.0f);
       traffic total;
       double tail_loss = 0.0;
@@ -188,6 +214,7 @@ int main(int argc, char** argv) {
         // Disjoint minibatches: stream (step, rank).
         task.sample(static_cast<std::uint64_t>(step) * 1024u + static_cast<std::uint64_t>(rank), static_cast<std::size_t>(opt.batch), x, y);
         float loss = mlp::loss_and_grad(shape, params, x, y, grad);
+        if (drill && step == opt.die_at_step && rank == opt.die_rank) die(opt, rank, step, ex->name());
         const traffic sent = ex->average(grad, avg);
         for (std::size_t i = 0; i < params.size(); ++i) {  // SGD with momentum on the averaged gradient
           velocity[i] = opt.momentum * velocity[i] + avg[i];
