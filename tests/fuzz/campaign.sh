@@ -1,17 +1,21 @@
 #!/usr/bin/env bash
 # A fuzz campaign: every libFuzzer target in build/fuzz run to a number of executions, the
 # inputs it found merged into a work copy of its corpus, the line coverage of the library
-# headers from that corpus, and a Markdown summary.
+# headers from that corpus, and a Markdown summary; with --python, the Python entry points
+# too (tests/fuzz/python_mutation.py, a byte-mutation harness).
 #
-# Usage: tests/fuzz/campaign.sh [-n RUNS] [-o OUT] [-j JOBS] [--no-build] [--no-coverage] [TARGET...]
+# Usage: tests/fuzz/campaign.sh [-n RUNS] [-o OUT] [-j JOBS] [--no-build] [--no-coverage] [--python PY] [TARGET...]
 #   -n RUNS        executions per target (env GRADCOMP_FUZZ_RUNS; default 10000000)
 #   -o OUT         output folder (env GRADCOMP_FUZZ_OUT; default build/fuzz-campaign)
 #   -j JOBS        fuzzing processes per target (libFuzzer -fork=JOBS) and build jobs
 #                  (env GRADCOMP_FUZZ_JOBS; default: the number of cores)
 #   --no-build     use build/fuzz as it is (default: configure and build the fuzz preset)
 #   --no-coverage  skip the coverage build and report
+#   --python PY    also run tests/fuzz/python_mutation.py with the interpreter PY (gradcomp and
+#                  torch importable; env GRADCOMP_FUZZ_PYTHON): RUNS executions per Python entry
+#                  point, JOBS entry points at once, each in a worker process
 #   TARGET...      only these targets (default: every *_fuzz executable in build/fuzz)
-# Env: GRADCOMP_FUZZ_MAX_SECONDS  a time limit per target on top of RUNS (default: none);
+# Env: GRADCOMP_FUZZ_MAX_SECONDS  a time limit per target (and Python entry point) on top of RUNS (default: none);
 #      GRADCOMP_FUZZ_COVERAGE_BUILD  the coverage build folder (default build/fuzz-coverage);
 #      LLVM_PROFDATA, LLVM_COV  the tools (default: llvm-profdata-<clang major>, llvm-cov-<clang major>).
 #
@@ -20,14 +24,18 @@
 #                      first time, kept between campaigns; the repository's corpora are only read
 #   found/<target>/    what this run's fuzzing added (merged into corpus/ with -merge=1)
 #   crashes/<target>/  crash-, leak-, timeout- and oom- reproducers (run: <target> <file>)
-#   logs/              each target's fuzzing, merge and coverage logs
+#   crashes/python/    the Python harness's reproducers (<entry>-it<i>.json and .bin; run:
+#                      PY tests/fuzz/python_mutation.py --replay <file>.json)
+#   logs/              each target's fuzzing, merge and coverage logs; python.log
 #   coverage/          per target: profile, llvm-cov report (<target>.txt), lcov; report.txt: per
 #                      header, all targets together
+#   python.md          the Python harness's report (its table is also in summary.md)
 #   summary.md         the table
 # found/, crashes/, logs/ and coverage/ are emptied at the start of a run.
 #
 # Fork mode stops between jobs, so a target runs RUNS executions or somewhat more (the summary
-# gives the count). Exit status: 0, 1 if a target left a reproducer, 2 on a usage or setup error.
+# gives the count). Exit status: 0, 1 if a target left a reproducer or the Python harness found a
+# property violation, 2 on a usage or setup error.
 set -euo pipefail
 
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
@@ -38,11 +46,12 @@ OUT="${GRADCOMP_FUZZ_OUT:-build/fuzz-campaign}"
 JOBS="${GRADCOMP_FUZZ_JOBS:-$(nproc)}"
 MAX_SECONDS="${GRADCOMP_FUZZ_MAX_SECONDS:-0}"
 COV_BUILD="${GRADCOMP_FUZZ_COVERAGE_BUILD:-build/fuzz-coverage}"
+PYTHON="${GRADCOMP_FUZZ_PYTHON:-}"
 BUILD=1
 COVERAGE=1
 ONLY=()
 
-usage() { sed -n '6,16p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//' >&2; exit "${1:-2}"; }
+usage() { sed -n '7,20p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//' >&2; exit "${1:-2}"; }
 while [[ $# -gt 0 ]]; do
   case "$1" in
     -n) RUNS="${2:?}"; shift 2 ;;
@@ -50,6 +59,7 @@ while [[ $# -gt 0 ]]; do
     -j) JOBS="${2:?}"; shift 2 ;;
     --no-build) BUILD=0; shift ;;
     --no-coverage) COVERAGE=0; shift ;;
+    --python) PYTHON="${2:?}"; shift 2 ;;
     -h|--help) usage 0 ;;
     -*) echo "error: unknown option $1" >&2; usage ;;
     *) ONLY+=("$1"); shift ;;
@@ -58,6 +68,9 @@ done
 [[ "${RUNS}" =~ ^[0-9]+$ && "${RUNS}" -gt 0 ]] || { echo "error: RUNS must be a positive integer" >&2; exit 2; }
 [[ "${JOBS}" =~ ^[0-9]+$ && "${JOBS}" -gt 0 ]] || { echo "error: JOBS must be a positive integer" >&2; exit 2; }
 [[ "${MAX_SECONDS}" =~ ^[0-9]+$ ]] || { echo "error: GRADCOMP_FUZZ_MAX_SECONDS must be an integer" >&2; exit 2; }
+if [[ -n "${PYTHON}" ]] && ! "${PYTHON}" -c 'import gradcomp, torch' 2>/dev/null; then
+  echo "error: ${PYTHON} cannot import gradcomp and torch (--python)" >&2; exit 2
+fi
 mkdir -p "${OUT}"
 OUT="$(cd "${OUT}" && pwd)"
 
@@ -120,6 +133,20 @@ for i in "${!fuzzers[@]}"; do
   CRASHES[${name}]="$(find "${crashes}" -type f | wc -l)"
   echo "   ${EXECS[${name}]:-?} executions in ${SECS[${name}]}s (${RATE[${name}]:-?}/s), corpus ${SEEDS[${name}]} -> ${FINAL[${name}]}, reproducers: ${CRASHES[${name}]}"
 done
+
+# --- The Python entry points: the byte-mutation harness, RUNS executions each (and the time
+# limit), its reproducers in crashes/python, its report in python.md.
+PY_RC=0
+if [[ -n "${PYTHON}" ]]; then
+  echo "-- Python entry points (tests/fuzz/python_mutation.py): ${RUNS} executions each, ${JOBS} worker(s)"
+  rm -f "${OUT}/python.md"  # a previous campaign's
+  py_limit=()
+  if [[ "${MAX_SECONDS}" -gt 0 ]]; then py_limit=(--seconds "${MAX_SECONDS}"); fi
+  start=${SECONDS}
+  "${PYTHON}" tests/fuzz/python_mutation.py --runs "${RUNS}" "${py_limit[@]}" -j "${JOBS}" \
+    --crash-dir "${OUT}/crashes/python" --out "${OUT}/python.md" >"${OUT}/logs/python.log" 2>&1 || PY_RC=$?
+  echo "   done in $((SECONDS - start))s, status ${PY_RC} (0: no property violation; see python.md)"
+fi
 
 # --- Coverage: the targets built with clang's source-based coverage, the final corpus replayed.
 COV_NOTE=""
@@ -223,8 +250,22 @@ total_crashes=0
   else
     echo "No crashes, leaks, timeouts or out-of-memory inputs."
   fi
+  if [[ -n "${PYTHON}" ]]; then
+    echo
+    echo "## Python entry points (tests/fuzz/python_mutation.py)"
+    echo
+    echo "A byte-mutation harness through the Python bindings and gradcomp.restart (\`${PYTHON}\`); line"
+    echo "coverage not measured. Reproducers: crashes/python (replay: \`--replay <file>.json\`)."
+    echo
+    if [[ -f "${OUT}/python.md" ]]; then
+      sed -e '1,/^$/d' -e 's/^## /### /' "${OUT}/python.md"  # its title dropped, its sections one level down
+    else
+      echo "The harness wrote no report (status ${PY_RC}): see logs/python.log."
+    fi
+  fi
 } >"${OUT}/summary.md"
 
 echo
 cat "${OUT}/summary.md"
-[[ ${total_crashes} -eq 0 ]] || exit 1
+if [[ ${total_crashes} -gt 0 || ${PY_RC} -eq 1 ]]; then exit 1; fi
+[[ ${PY_RC} -eq 0 ]] || exit 2
