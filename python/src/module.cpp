@@ -225,7 +225,8 @@ NB_MODULE(_core, m) {
         c.impl->decode(p, const_cast<void*>(out.data()), out.size(), t, false);
       }, nb::arg("payload").noconvert(), nb::arg("out").noconvert(),
          nb::sig("def decompress(self, payload: torch.Tensor, out: torch.Tensor) -> None"),
-         "Decodes frames into ``out`` (overwritten; elements no frame carries become 0).\n\n"
+         "Decodes frames into ``out``: each frame's chunk is overwritten (its unsent elements become 0);\n"
+         "elements outside every frame's chunk keep their values.\n\n"
          "Args:\n"
          "    payload (torch.Tensor): uint8 frames, as :meth:`compress` wrote them.\n"
          "    out (torch.Tensor): float32 or bfloat16, the compressed buffer's size.\n\n"
