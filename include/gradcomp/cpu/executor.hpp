@@ -40,7 +40,7 @@ struct executor {
     return 0;
   }
   // Workspace for gradients of n elements: the selection's scratch for the largest chunk,
-  // then room for its indices.
+  // then room for its indices (and, for row top-k, their values: see kept_values).
   template <class C>
   static std::size_t workspace_bytes(const C& comp, std::size_t n) {
     if constexpr (C::dense) {
@@ -48,9 +48,14 @@ struct executor {
     } else {
       // (An invalid partition plan cannot be asked for chunks; compress refuses it anyway.)
       const std::size_t c = C::partitioner::validate(comp.get_config().partition) ? comp.largest_chunk(n) : n;
-      return align8(selector_bytes(comp, c)) + 4 * C::sparsifier::kept(comp.get_config().sparsify, c);
+      const std::size_t kept = C::sparsifier::kept(comp.get_config().sparsify, c);
+      return align8(selector_bytes(comp, c)) + 4 * kept + (kept_values<C> ? 4 * (row_topk_selector::out_slack + kept) : 0);
     }
   }
+  // Row top-k writes the kept values beside their indices while each row is in cache, so that
+  // encode reads them in order rather than gathering them from the whole chunk.
+  template <class C>
+  static constexpr bool kept_values = C::kind == selection::row_topk;
 
   // --- Compression.
 
@@ -90,6 +95,7 @@ struct executor {
     std::size_t written = 0;   // payload bytes so far
     frame::header h{};         // the current chunk's frame
     std::uint32_t* idx = nullptr;  // its kept indices (sparse)
+    float* values = nullptr;       // and their values (kept_values)
     std::uint32_t values_crc = 0;
   };
 
@@ -107,6 +113,7 @@ struct executor {
   void select(compress_job<C, T>& job, std::size_t i, std::size_t) const {
     start_frame(job, i);
     job.idx = reinterpret_cast<std::uint32_t*>(job.st.workspace.data() + align8(selector_bytes(job.comp, job.h.dense_count)));
+    if constexpr (kept_values<C>) job.values = reinterpret_cast<float*>(job.idx + job.h.kept_count + row_topk_selector::out_slack);
     const std::size_t kept = select_indices(job, job.idx);
     frame::header& h = job.h;
     if (kept != h.kept_count) {  // threshold and row top-k: a data-dependent count
@@ -144,7 +151,9 @@ struct executor {
                              cfg.seed, h.step, h.chunk_id};
     constexpr bool feeds_back = F::has_state;
     const auto load = [&](std::size_t m0, std::size_t n, float* xs) -> const float* {
-      if constexpr (!C::dense) {
+      if constexpr (kept_values<C>) {
+        return job.values + m0;  // written by the selection
+      } else if constexpr (!C::dense) {
         for (std::size_t m = 0; m < n; ++m) xs[m] = fb.value(job.idx[m0 + m]);  // x was stored by the selection's scan
       } else if constexpr (std::is_same_v<T, float> && !feeds_back && !C::has_momentum) {
         return fb.g + m0;  // the gradient itself: no copy
@@ -282,8 +291,9 @@ struct executor {
       last = select.threshold();
       return kept;
     } else if constexpr (C::kind == selection::row_topk) {
+      const auto value_at = [&](std::size_t j) { return fb.value(j); };
       return row_topk_selector(scratch, count, cfg.sparsify.cols, C::sparsifier::per_row(cfg.sparsify))
-          .select(scan_key, idx);
+          .select(scan_key, idx, value_at, job.values);
     } else {
       static_assert(C::kind == selection::random, "gradcomp::cpu: no selection for this sparsifier kind");
       if constexpr (C::feedback::has_state)
