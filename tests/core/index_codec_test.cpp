@@ -179,6 +179,48 @@ TEST_CASE("every delta width up to 32, and a wider width than needed") {
   CHECK(decode(index_format::delta, section, 4, 5) == idx);
 }
 
+TEST_CASE("delta sections of whole groups of 32 gaps and a rest, every width, equal the reference") {
+  // The writer packs whole groups of 32 gaps with the width a constant, the rest gap by gap:
+  // each gap position of a group gets a gap with its top bits set (the bits that cross into
+  // the next u32 word), the other gaps are random, and narrow widths get full random gaps.
+  std::mt19937 gen(32);
+  const std::size_t n = 0xffffffffu;
+  const auto check_gaps = [&](const idx_t& gaps, unsigned w) {
+    idx_t idx;
+    std::uint64_t at = 0;
+    for (std::size_t m = 0; m < gaps.size(); ++m) {
+      at += (m ? 1 : 0) + gaps[m];
+      REQUIRE(at < n);
+      idx.push_back(static_cast<std::uint32_t>(at));
+    }
+    for (unsigned width : {w, std::min(32u, w + 3)}) {  // the exact width, and a wider one
+      CAPTURE(width);
+      const auto e = indices::encoding{index_format::delta, indices::delta_bytes(idx.size(), width), width};
+      const bytes_t section = encode(e, idx, n);
+      CHECK(section == ref_encode(index_format::delta, idx, n, width));
+      CHECK(decode(index_format::delta, section, idx.size(), w) == idx);
+    }
+  };
+  for (unsigned w = 1; w <= 32; ++w) {
+    CAPTURE(w);
+    const std::uint32_t max_gap = static_cast<std::uint32_t>((std::uint64_t{1} << w) - 1);
+    const std::uint32_t small = std::min<std::uint32_t>(max_gap, 0xfffffu);  // 2^20 - 1
+    for (std::size_t top = 0; top < 32; ++top) {  // one large gap at each position of a group
+      idx_t gaps(40);
+      for (auto& g : gaps) g = gen() & small;
+      gaps[top] = w < 32 ? max_gap - (gen() & (max_gap >> 2)) : 0xf0000000u | (gen() & 0xffffffu);
+      check_gaps(gaps, w);
+    }
+    for (std::size_t k : {31u, 32u, 33u, 64u, 95u, 257u}) {  // full random gaps where they fit
+      CAPTURE(k);
+      idx_t gaps(k);
+      for (auto& g : gaps) g = gen() & (w <= 23 ? max_gap : small);
+      gaps[0] = w <= 23 ? max_gap : gaps[0];
+      check_gaps(gaps, w);
+    }
+  }
+}
+
 TEST_CASE("choose() picks the smallest, ties go to u32_list, then delta, then bitmap") {
   // Exact ties: 8 bytes each for u32 {0, 1} (delta: width 0, 8 bytes) and a 64-bit bitmap.
   idx_t two = {0, 1};

@@ -10,10 +10,12 @@
 // check() validates an untrusted section; reader decodes one that passed.
 
 #include <algorithm>
+#include <array>
 #include <bit>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <utility>
 
 #include "byteio.hpp"
 #include "frame.hpp"
@@ -51,6 +53,29 @@ inline encoding choose(const std::uint32_t* idx, std::size_t k, std::size_t n, b
   return best;
 }
 
+namespace detail {
+// 32 gaps below 2^W, LSB first at W bits each (gap i at bit i * W): exactly W u32 words.
+template <unsigned W>
+void pack_gaps(const std::uint32_t* gaps, std::byte* q) {
+  std::uint32_t words[W] = {};
+#if defined(__GNUC__) && !defined(__clang__) && !defined(__CUDACC__)
+#pragma GCC unroll 32
+#endif
+  for (unsigned i = 0; i < 32; ++i) {
+    const unsigned bit = i * W, at = bit / 32, shift = bit % 32;
+    words[at] |= gaps[i] << shift;
+    if (shift + W > 32) words[at + 1] |= gaps[i] >> (32 - shift);
+  }
+  for (unsigned i = 0; i < W; ++i) store_le<std::uint32_t>(q + 4 * i, words[i]);
+}
+template <std::size_t... W>
+constexpr auto make_gap_packers(std::index_sequence<W...>) {
+  using packer = void (*)(const std::uint32_t*, std::byte*);
+  return std::array<packer, sizeof...(W)>{(W == 0 ? nullptr : &pack_gaps<static_cast<unsigned>(W == 0 ? 1 : W)>)...};
+}
+inline constexpr auto gap_packers = make_gap_packers(std::make_index_sequence<33>{});  // by width, 1 .. 32
+}  // namespace detail
+
 // Writes exactly e.bytes bytes at out; idx ascending, < n, and e.width >= delta_width(idx, k).
 inline void write(const encoding& e, const std::uint32_t* idx, std::size_t k, std::size_t n, std::byte* out) {
   switch (e.format) {
@@ -61,10 +86,20 @@ inline void write(const encoding& e, const std::uint32_t* idx, std::size_t k, st
       store_le<std::uint64_t>(out, e.width);  // width byte, then 7 zero bytes
       if (e.width == 0) return;               // indices 0..k-1: no gaps to store
       std::byte* q = out + 8;
+      std::uint32_t expect = 0;  // the index a zero gap would give
+      std::size_t m = 0;
+      // Whole groups of 32 gaps fill exactly `width` u32 words: packed with the width a
+      // constant (detail::pack_gaps), no carried bit count. The rest bit by bit below.
+      for (const auto pack = detail::gap_packers[e.width]; m + 32 <= k; m += 32, q += 4 * e.width) {
+        std::uint32_t gaps[32];
+        gaps[0] = idx[m] - expect;
+        for (unsigned i = 1; i < 32; ++i) gaps[i] = idx[m + i] - idx[m + i - 1] - 1u;
+        expect = idx[m + 31] + 1u;
+        pack(gaps, q);
+      }
       std::uint64_t acc = 0;
       unsigned filled = 0;
-      std::uint32_t expect = 0;  // the index a zero gap would give
-      for (std::size_t m = 0; m < k; ++m) {
+      for (; m < k; ++m) {
         acc |= static_cast<std::uint64_t>(idx[m] - expect) << filled;
         expect = idx[m] + 1u;
         filled += e.width;
