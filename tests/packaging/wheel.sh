@@ -14,8 +14,10 @@
 #      environment's, seen through a .pth file (links to its site-packages, gradcomp left out),
 #      so that no 5 GB of torch is downloaded or copied;
 #   4. the package's tests run against it (conftest.py takes the checkout's python/ off
-#      sys.path): all of python/tests but test_ddp.py (DDP training on 2 and 4 gloo ranks,
-#      minutes; the README's pytest stage runs it), or all of it with GRADCOMP_WHEEL_TESTS=all;
+#      sys.path): all of python/tests but the multi-rank training runs, minutes each, which the
+#      README's pytest stage runs (test_ddp.py: DDP on 2 and 4 gloo ranks; test_tp.py: tensor
+#      parallelism; test_restart.py: killed and restarted runs), or all of it with
+#      GRADCOMP_WHEEL_TESTS=all;
 #   5. the unpacked sdist's CMake project is configured once more with
 #      -DGRADCOMP_PYTHON_USE_INSTALLED=ON against a `cmake --install` of this checkout, and
 #      must take that installed library.
@@ -129,7 +131,9 @@ esac
 # --- 4. the package's tests -----------------------------------------------------------------
 echo "== wheel: the package's tests"
 tests=("${repo}/python/tests")
-if [[ "${GRADCOMP_WHEEL_TESTS:-quick}" != all ]]; then tests+=(--ignore="${repo}/python/tests/test_ddp.py"); fi
+if [[ "${GRADCOMP_WHEEL_TESTS:-quick}" != all ]]; then
+  for t in test_ddp.py test_tp.py test_restart.py; do tests+=(--ignore="${repo}/python/tests/${t}"); done
+fi
 (set -x; "${fresh}" -m pytest -q -p no:cacheprovider "${tests[@]}")
 
 # --- 5. an installed gradcomp, when asked for -----------------------------------------------
