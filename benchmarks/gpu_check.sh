@@ -87,7 +87,7 @@ if tagc:
         g = lambda k: ("%.4g" % r[k]) if k in r else ""
         print(f"| {r['name']} | {g('us')} | {g('x_copy')} | {g('rows')} | {g('items')} | {g('peeled')} | {g('rounds')} |")
     print()
-print("Targets (issue 3):")
+print("Targets:")
 def target(name, key, ok, text):
     r = by.get(name)
     if r is None or key not in r:
