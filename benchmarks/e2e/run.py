@@ -50,11 +50,13 @@ def sh(*cmd, check=True):
     return subprocess.run(cmd, check=check, capture_output=True, text=True)
 
 
-def launch(world, methods, steps, out, port, netns):
+def launch(world, methods, steps, out, port, netns, script=os.path.join(HERE, "rank.py"), extra=()):
+    """Runs `script` (a rank program taking these arguments, and `extra`) on every rank, in the
+    network namespaces when `netns`; returns the JSON rank 0 wrote to `out`."""
     procs = []
     for r in range(world):
-        cmd = [sys.executable, os.path.join(HERE, "rank.py"), "--rank", str(r), "--world", str(world), "--port", str(port),
-               "--methods", json.dumps(methods), "--steps", str(steps), "--out", out]
+        cmd = [sys.executable, script, "--rank", str(r), "--world", str(world), "--port", str(port),
+               "--methods", json.dumps(methods), "--steps", str(steps), "--out", out, *extra]
         if netns:
             cmd = ["ip", "netns", "exec", f"{NS}-{r}"] + cmd + ["--master", "10.77.0.1", "--ifname", f"gc{r}"]
         procs.append(subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True))

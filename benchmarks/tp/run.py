@@ -33,20 +33,7 @@ RATES = {"100mbit": 100e6, "1gbit": 1e9, "10gbit": 10e9}
 
 
 def launch(world, methods, steps, out, port, netns, link):
-    import subprocess
-
-    procs = []
-    for r in range(world):
-        cmd = [sys.executable, os.path.join(HERE, "rank.py"), "--rank", str(r), "--world", str(world), "--port", str(port),
-               "--methods", json.dumps(methods), "--steps", str(steps), "--out", out, "--link", link]
-        if netns:
-            cmd = ["ip", "netns", "exec", f"{e2e.NS}-{r}"] + cmd + ["--master", "10.77.0.1", "--ifname", f"gc{r}"]
-        procs.append(subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True))
-    errs = [p.communicate()[1] for p in procs]
-    if any(p.returncode for p in procs):
-        raise RuntimeError("a rank failed:\n" + "\n".join(e[-3000:] for e in errs if e))
-    with open(out) as f:
-        return json.load(f)
+    return e2e.launch(world, methods, steps, out, port, netns, os.path.join(HERE, "rank.py"), ("--link", link))
 
 
 def main():
