@@ -14,7 +14,6 @@ Time to target = steps to target x median time per step.
 """
 
 import argparse
-import json
 import os
 import sys
 import time
