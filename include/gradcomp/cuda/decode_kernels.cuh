@@ -20,7 +20,7 @@ namespace gradcomp::cuda::detail {
 struct frame_entry {
   std::uint64_t offset, frame_bytes, tile0;
   std::uint64_t kept, dense_count, element_offset;
-  std::uint64_t idx_error;             // min over failing indices of (m << 8 | errc); ~0 if none
+  std::uint64_t idx_error;             // a descent (errc), else an out-of-range last index (1 << 8 | errc); ~0 if none
   std::uint64_t meta_error;            // min over failing groups of (q << 8 | errc); ~0 if none
   std::uint64_t index_off, value_off;  // section offsets in the frame (frames may pass 4 GiB)
   std::uint32_t next;  // next frame of the same chunk, in payload order
@@ -189,8 +189,12 @@ __global__ void __launch_bounds__(threads) check_kernel(decode_args<C, T> a) {
           const auto w = static_cast<std::uint32_t>((b - begin) / 4);
           const std::uint32_t j = stage[pad(w)];
           const std::uint32_t prev = m == 0 ? 0 : (w > 0 ? stage[pad(w - 1)] : src[-1]);
-          if (const status s = C::check_index(j, prev, m, e.dense_count); !s)
-            atomicMin(&first_bad, static_cast<unsigned long long>((m << 8) | static_cast<std::uint32_t>(s.code())));
+          // The CPU's rule for u32 lists (indices::check): a descent anywhere is
+          // index_not_ascending, else the list is out of range iff its last index is.
+          if (m > 0 && j <= prev)
+            atomicMin(&first_bad, static_cast<unsigned long long>(errc::index_not_ascending));
+          else if (m + 1 == e.kept && j >= e.dense_count)
+            atomicMin(&first_bad, (1ull << 8) | static_cast<std::uint32_t>(errc::index_out_of_range));
         }
       }
       if constexpr (tr::cast) {

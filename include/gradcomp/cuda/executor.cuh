@@ -32,8 +32,11 @@ status check_quantizer_config(const C& comp) {
   return {};
 }
 
-// Frames a payload of `payload_bytes` can hold at most (a frame is at least a header).
-constexpr std::size_t max_frames(std::size_t payload_bytes) { return payload_bytes / frame::header_bytes; }
+// Frames a payload of `payload_bytes` can hold at most (a frame is at least a header), counting
+// a truncated last one, so that a short payload is reported as the CPU reports it (truncated).
+constexpr std::size_t max_frames(std::size_t payload_bytes) {
+  return (payload_bytes + frame::header_bytes - 1) / frame::header_bytes;
+}
 
 class device_executor {
  public:

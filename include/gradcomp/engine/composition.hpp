@@ -234,13 +234,6 @@ class composition {
     return {};
   }
 
-  // The m-th sparse index j of a chunk of `count` elements, `previous` being index m - 1.
-  GRADCOMP_HD static status check_index(std::uint32_t j, std::uint32_t previous, std::size_t m, std::uint64_t count) {
-    if (j >= count) return {errc::index_out_of_range, "sparse index >= chunk element count"};
-    if (m > 0 && j <= previous) return {errc::index_not_ascending, "sparse indices not strictly ascending"};
-    return {};
-  }
-
   // Meta of group q of the frame at f (validated before use).
   GRADCOMP_HD static meta_type group_meta(const frame::header& h, const std::byte* f, std::size_t q) {
     return Quantizer::load_meta(f + h.meta_offset() + q * Quantizer::meta_bytes);
