@@ -2,10 +2,15 @@
 # The whole GPU check in one call, for a machine with an NVIDIA GPU:
 #   benchmarks/gpu_check.sh OUTDIR
 # Configures the `cuda` preset for the present GPU's architecture (nvidia-smi compute_cap),
-# builds the CUDA tests and benchmarks, runs the `gpu` tests and the CUDA benchmarks, and
-# writes every log plus summary.md (device, outcome, figures, targets) into OUTDIR.
-# About 3-5 minutes on a 16-core machine. Exit status: 0 only if everything ran and passed.
-# Environment: GRADCOMP_BUILD_DIR (default build/cuda, the preset's), JOBS (default nproc).
+# builds the CUDA tests, benchmarks and the NCCL example while the Python extension builds with
+# its CUDA kernels, then runs: the `gpu` C++ tests, the NCCL example on every GPU present, the
+# Python `gpu` tests, the Python benchmark (codecs on CUDA tensors against a device copy and
+# torch.topk) and the CUDA benchmarks. Writes every log, summary.md and summary.json into
+# OUTDIR. About 4-6 minutes on a 16-core H200 machine. Exit status: 0 only if everything ran
+# and passed.
+# Environment: GRADCOMP_BUILD_DIR (default build/cuda, the preset's), JOBS (default nproc),
+# GRADCOMP_GPU_BIN (a folder with gradcomp_cuda_tests, gradcomp_cuda_bench and gradcomp_nccl
+# built beforehand for this GPU: skips the C++ build), PYTHON (default python3).
 set -uo pipefail
 
 out=${1:?usage: benchmarks/gpu_check.sh OUTDIR}
@@ -43,21 +48,58 @@ say ""
 
 status=0
 cd "$root" || exit 1
-step configure cmake --preset cuda -DCMAKE_CUDA_ARCHITECTURES="$cap" -DGRADCOMP_BUILD_EXAMPLES=OFF \
-  ${GRADCOMP_BUILD_DIR:+-B "$build"} || { say "configure failed: see configure.log"; exit 1; }
-step build cmake --build "$build" -j "$jobs" --target gradcomp_cuda_tests gradcomp_cuda_bench || {
-  say "build failed: see build.log"
-  exit 1
-}
-step tests ctest --test-dir "$build" -L gpu --verbose --timeout 900 || status=1
-# The TAGC codec on the GPU against the host codec (tests/cuda/tagc_test.cu), on its own line.
-step tagc_tests "$build/tests/cuda/gradcomp_cuda_tests" --test-case='tagc*' || status=1
-if grep -q "Skipped\|SKIPPED" "$out/tests.log"; then
+py=${PYTHON:-python3}
+site=$build/python-site
+# The Python extension with its CUDA kernels, built beside the C++ (its own log).
+rm -rf "$site"
+( t0=$SECONDS; CMAKE_ARGS="-DCMAKE_CUDA_ARCHITECTURES=$cap -DGRADCOMP_PYTHON_CUDA=ON" CMAKE_BUILD_PARALLEL_LEVEL=$jobs \
+    "$py" -m pip install --no-build-isolation --no-deps --no-index --target "$site" ./python >"$out/python_build.log" 2>&1
+  echo "exit $? after $((SECONDS - t0)) s" >>"$out/python_build.log" ) &
+pybuild=$!
+
+if [ -n "${GRADCOMP_GPU_BIN:-}" ]; then
+  bin_tests=$GRADCOMP_GPU_BIN/gradcomp_cuda_tests bin_bench=$GRADCOMP_GPU_BIN/gradcomp_cuda_bench bin_nccl=$GRADCOMP_GPU_BIN/gradcomp_nccl
+  say "- C++ binaries: prebuilt, $GRADCOMP_GPU_BIN"
+else
+  # NCCL from the CUDA toolkit, the system, or PyPI's nvidia-nccl wheel (torch's).
+  nccl_args=()
+  nccl_py=$("$py" -c "import nvidia.nccl, os; print(nvidia.nccl.__path__[0])" 2>/dev/null || true)
+  if [ -n "$nccl_py" ] && [ -f "$nccl_py/include/nccl.h" ]; then
+    nccl_args=(-DGRADCOMP_NCCL_INCLUDE_DIR="$nccl_py/include" -DGRADCOMP_NCCL_LIBRARY="$(ls "$nccl_py"/lib/libnccl.so* | head -n1)")
+  fi
+  step configure cmake --preset cuda -DCMAKE_CUDA_ARCHITECTURES="$cap" "${nccl_args[@]}" \
+    ${GRADCOMP_BUILD_DIR:+-B "$build"} || { say "configure failed: see configure.log"; exit 1; }
+  targets=(gradcomp_cuda_tests gradcomp_cuda_bench)
+  grep -q gradcomp_nccl "$build/build.ninja" && targets+=(gradcomp_nccl)
+  step build cmake --build "$build" -j "$jobs" --target "${targets[@]}" || { say "build failed: see build.log"; exit 1; }
+  bin_tests=$build/tests/cuda/gradcomp_cuda_tests bin_bench=$build/benchmarks/gradcomp_cuda_bench bin_nccl=$build/examples/nccl/gradcomp_nccl
+fi
+
+step tests "$bin_tests" --duration=true || status=1
+if grep -q "no CUDA device" "$out/tests.log"; then
   say "  WARNING: the gpu tests were skipped (no device visible to the test process)"
   status=1
 fi
 grep -E "test cases:|assertions:" "$out/tests.log" | sed 's/^/  /' | tee -a "$summary"
-step bench "$build/benchmarks/gradcomp_cuda_bench" --benchmark_counters_tabular=true \
+if [ -x "$bin_nccl" ]; then
+  step nccl "$bin_nccl" --steps 100 --print-every 99 || status=1
+else
+  say "- nccl: not built (no NCCL found)"
+  status=1
+fi
+
+wait "$pybuild"
+say "- python_build: $(tail -n1 "$out/python_build.log"), log: python_build.log"
+if grep -q "^exit 0" "$out/python_build.log"; then
+  export PYTHONPATH=$site${PYTHONPATH:+:$PYTHONPATH}
+  step python_info "$py" -c "import gradcomp, json; print(json.dumps(gradcomp.build_info()))" || status=1
+  step python_tests "$py" -m pytest -q -m gpu -p no:cacheprovider python/tests/test_gpu.py || status=1
+  tail -n1 "$out/python_tests.log" | sed 's/^/  /' | tee -a "$summary"
+  step python_bench "$py" benchmarks/gpu_python.py "$out/python_bench.json" || status=1
+else
+  status=1
+fi
+step bench "$bin_bench" --benchmark_counters_tabular=true --benchmark_min_time=0.2 \
   --benchmark_out="$out/bench.json" --benchmark_out_format=json || status=1
 
 say ""
@@ -101,6 +143,22 @@ EOF
 else
   grep -E "^BM_|^Benchmark|^---" "$out/bench.log" | tee -a "$summary"
 fi
+if [ -s "$out/python_bench.json" ]; then
+  say ""
+  say "## Codecs on CUDA tensors from Python (x copy = bandwidth / device copy of the same bytes)"
+  say ""
+  grep "^|" "$out/python_bench.log" | tee -a "$summary" >/dev/null
+fi
 say ""
 say "Overall: $([ $status -eq 0 ] && echo PASS || echo FAIL)"
+# One JSON beside the Markdown: the outcome, the step lines and the benchmarks' figures.
+"$py" - "$out" "$status" <<'EOF' || true
+import json, os, sys
+out, status = sys.argv[1], int(sys.argv[2])
+load = lambda f: json.load(open(os.path.join(out, f))) if os.path.exists(os.path.join(out, f)) else None
+steps = [l[2:].strip() for l in open(os.path.join(out, "summary.md")) if l.startswith("- ")]
+json.dump({"pass": status == 0, "steps": steps, "cuda_bench": load("bench.json"), "python_bench": load("python_bench.json")},
+          open(os.path.join(out, "summary.json"), "w"), indent=1)
+EOF
 exit $status
+

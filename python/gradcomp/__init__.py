@@ -34,10 +34,10 @@ docs/integrations.md in the repository maps each path onto the collectives.
 
 __version__ = "0.1.0"  # the library's version (tests/packaging/versions.cmake holds every copy equal)
 
-from ._core import Compressor, Error, PhaseCodec, PhaseState, Sharded, ShardedState, State, SummableCast, Tagc, best_chunking, codecs, crc32c, pipeline_seconds, plan_layer
+from ._core import Compressor, Error, PhaseCodec, PhaseState, Sharded, ShardedState, State, SummableCast, Tagc, best_chunking, build_info, codecs, crc32c, pipeline_seconds, plan_layer
 
 __all__ = ["Compressor", "Error", "PhaseCodec", "PhaseState", "Sharded", "ShardedState", "State", "SummableCast", "Tagc",
-           "best_chunking", "codecs", "crc32c", "pipeline_seconds", "plan_layer", "ddp", "fsdp", "restart", "tagc", "testing", "tp"]
+           "best_chunking", "build_info", "codecs", "crc32c", "pipeline_seconds", "plan_layer", "ddp", "fsdp", "restart", "tagc", "testing", "tp"]
 
 _SUBMODULES = ("ddp", "fsdp", "restart", "tagc", "testing", "tp")
 

@@ -74,6 +74,14 @@ def _align8(n: int) -> int:
     return (n + 7) & ~7
 
 
+def _set_residual(st, values: np.ndarray) -> None:
+    """Overwrites a gather-path state's residual, on the CPU or its CUDA device."""
+    if st.device == "cpu":
+        np.asarray(st.residual)[:] = values
+    else:
+        st.residual.copy_(torch.from_numpy(values))
+
+
 def _grad_dtype(p: torch.Tensor) -> torch.dtype:
     return torch.bfloat16 if p.dtype == torch.bfloat16 else torch.float32
 
@@ -169,6 +177,11 @@ class HookState:
         self.min_compress_numel = int(min_compress_numel)
         self._names = {}  # data_ptr -> parameter name
         self._compressed = {}  # compressed parameter name -> (numel, gradient dtype)
+        trained = [p for p in model.parameters() if p.requires_grad]
+        self.device = trained[0].device if trained else torch.device("cpu")
+        if self.device.type == "cuda" and path == "sharded":
+            raise ValueError("gradcomp.ddp.HookState: the sharded path runs on CPU tensors only; CUDA models use "
+                             "path='gather' (or 'auto', which then chooses it)")
         self._numel = 0  # every parameter's elements
         self._small_numel = 0  # those of parameters that travel raw
         for name, p in model.named_parameters():
@@ -219,7 +232,7 @@ class HookState:
         if self._ready:
             return
         world = rank = None
-        if self.path != "gather":
+        if self.path != "gather" and self.device.type != "cuda":
             world, rank = self.world(), self.rank()
         for name, (n, dtype) in self._compressed.items():
             take = "gather"
@@ -229,7 +242,7 @@ class HookState:
                 if self.path == "sharded" or sharded < gather:
                     self.sharded_states[name], take = st, "sharded"
             if take == "gather":
-                self.states[name] = self.compressor.make_state(n)
+                self.states[name] = self.compressor.make_state(n, device=self.device)
             self.paths[name] = take
         self._ready = True
 
@@ -358,7 +371,7 @@ class HookState:
             for r in range(old):
                 tmp.restore(rows[r].numpy().tobytes())
                 mean += np.asarray(tmp.residual)
-            np.asarray(st.residual)[:] = (mean / old).astype(np.float32)
+            _set_residual(st, (mean / old).astype(np.float32))
 
     def _owed(self, name: str, path: str, sd: dict):
         """What a saved parameter still owes the averaged update (float64, whole parameter) and
@@ -393,7 +406,7 @@ class HookState:
             st = self.states[name]
             st.step = step
             if st.residual.shape[0]:
-                np.asarray(st.residual)[:] = owed.astype(np.float32)
+                _set_residual(st, owed.astype(np.float32))
             return
         st = self.sharded_states[name]
         off, count = st.shard
@@ -432,6 +445,7 @@ class _Plan:
 
     def __init__(self, state: HookState, names, grads):
         c, world = state.compressor, state.world()
+        dev = grads[0].device if grads else torch.device("cpu")
         self.gather, self.shard, self.small = [], [], []
         m = 0
         for i, (name, g) in enumerate(zip(names, grads)):
@@ -459,14 +473,14 @@ class _Plan:
             self.q = -(-m // world)  # raw values per shard
             self.small0, self.block0 = at0, _align8(at0 + 4 * self.q)
             self.small1, self.block1 = at, _align8(at + 4 * self.q)
-            self.send0 = torch.zeros(world * self.block0, dtype=torch.uint8)
-            self.recv0 = torch.empty(world * self.block0, dtype=torch.uint8)
-            self.scratch = torch.empty(world * most, dtype=torch.uint8)
-            self.raw = torch.zeros(world * self.q, dtype=torch.float32)
+            self.send0 = torch.zeros(world * self.block0, dtype=torch.uint8, device=dev)
+            self.recv0 = torch.empty(world * self.block0, dtype=torch.uint8, device=dev)
+            self.scratch = torch.empty(world * most, dtype=torch.uint8, device=dev)
+            self.raw = torch.zeros(world * self.q, dtype=torch.float32, device=dev)
         else:
             self.small1, self.block1 = at, at + 4 * m
-        self.send = torch.zeros(self.block1, dtype=torch.uint8)
-        self.recv = torch.empty(world * self.block1, dtype=torch.uint8)
+        self.send = torch.zeros(self.block1, dtype=torch.uint8, device=dev)
+        self.recv = torch.empty(world * self.block1, dtype=torch.uint8, device=dev)
 
 
 def compress_hook(state: HookState, bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:
@@ -516,7 +530,7 @@ def _summable(state: HookState, bucket) -> torch.futures.Future:
         return dist.all_reduce(buf, group=pg, async_op=True).get_future().then(lambda f: f.value()[0])
     wire = state._wire.get(bucket.index())
     if wire is None or wire.numel() != buf.numel():
-        wire = state._wire[bucket.index()] = torch.empty(buf.numel(), dtype=_WIRE_DTYPE[state.codec])
+        wire = state._wire[bucket.index()] = torch.empty(buf.numel(), dtype=_WIRE_DTYPE[state.codec], device=buf.device)
     c.encode_cast(buf, wire, 1.0 / world)
     state.bytes_sent += wire.numel() * wire.element_size()
     state.wire_bytes += 2 * (world - 1) * wire.numel() * wire.element_size() // world
@@ -575,9 +589,11 @@ def _compressed(state: HookState, bucket) -> torch.futures.Future:
     if plan.shard:
         _scatter(state, plan, grads)
     send = plan.send
-    sizes = send[:4 * len(plan.gather)].view(torch.int32)
-    for j, (i, name, at, cap) in enumerate(plan.gather):
-        sizes[j] = c.compress(grads[i], state.states[name], send[at:at + cap])
+    # On a CUDA device a frame's size is fixed by the codec and the parameter's size, the same
+    # on every rank: the sizes travel for the CPU's sake, and the receiver uses its own.
+    local = [c.compress(grads[i], state.states[name], send[at:at + cap]) for i, name, at, cap in plan.gather]
+    if local:
+        send[:4 * len(local)].view(torch.int32).copy_(torch.tensor(local, dtype=torch.int32))
     if plan.small and not plan.shard:
         small = send[plan.small1:plan.small1 + 4 * plan.small_count].view(torch.float32)
         for i, at, n in plan.small:
@@ -589,12 +605,13 @@ def _compressed(state: HookState, bucket) -> torch.futures.Future:
         recv = plan.recv.view(world, plan.block1)
         for i, name, _, _, at1, s1 in plan.shard:
             state.sharded.receive(1, state.sharded_states[name], recv[:, at1:at1 + s1].contiguous().view(-1), grads[i])
-        got = recv[:, :4 * len(plan.gather)].view(torch.int32)
+        on_cuda = recv.is_cuda
+        got = None if on_cuda else recv[:, :4 * len(plan.gather)].view(torch.int32)
         for j, (i, _name, at, _cap) in enumerate(plan.gather):
             g = grads[i]
             g.zero_()
             for r in range(world):  # rank order: every replica adds the same frames the same way
-                c.accumulate(recv[r, at:at + int(got[r, j])], g)
+                c.accumulate(recv[r, at:at + (local[j] if on_cuda else int(got[r, j]))], g)
             g.div_(world)
         if plan.small and plan.shard:  # every rank's reduced shard, in shard order
             raw = recv[:, plan.small1:plan.small1 + 4 * plan.q].contiguous().view(torch.float32).view(-1)

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "codec.hpp"
+#include "device.hpp"
 
 namespace gradcomp_py {
 
@@ -32,10 +33,23 @@ bool contiguous(const A& a) {
 }
 
 template <class A>
+void check_contiguous(const A& a, const char* what) {
+  if (!contiguous(a)) throw nb::value_error((std::string(what) + ": array must be contiguous (call .contiguous())").c_str());
+}
+
+template <class A>
+bool on_cuda(const A& a) {
+  return a.device_type() == nb::device::cuda::value;
+}
+
+// For the calls that have no CUDA path (and every call of a CPU-only build).
+template <class A>
 void check_cpu_contiguous(const A& a, const char* what) {
   if (a.device_type() != nb::device::cpu::value)
-    throw nb::value_error((std::string(what) + ": only CPU arrays (this build has no CUDA support)").c_str());
-  if (!contiguous(a)) throw nb::value_error((std::string(what) + ": array must be contiguous (call .contiguous())").c_str());
+    throw nb::value_error((std::string(what) + (cuda_build_info().cuda ? ": this call takes CPU arrays only"
+                                                                         : ": only CPU arrays (this build has no CUDA support)"))
+                              .c_str());
+  check_contiguous(a, what);
 }
 
 template <class A>

@@ -34,6 +34,7 @@ struct codec_error : std::runtime_error {
 };
 const char* errc_name(gc::errc e);
 [[noreturn]] void raise(const gc::status& s);
+[[noreturn]] void raise(gc::errc code, const std::string& detail);
 inline void check(const gc::status& s) {
   if (!s) raise(s);
 }
@@ -43,6 +44,7 @@ using option_value = std::variant<bool, long long, double, std::string>;
 using options = std::map<std::string, option_value>;
 
 class sharded_codec;  // sharded.hpp
+class device_codec;   // device.hpp
 
 class codec {
  public:
@@ -68,6 +70,8 @@ class codec {
                                                   int repeats) const = 0;
   // This compressor as sharded::codec<C> in mode m (defined in sharded.hpp).
   virtual std::unique_ptr<sharded_codec> make_sharded(gc::sharded::mode m) const = 0;
+  // Its GPU kernels, or null where the composition has none or the build has no CUDA (device.hpp).
+  virtual std::unique_ptr<device_codec> make_device() const = 0;
 };
 
 // --- Options: each config member that the policy configs have is settable by one name.
@@ -221,6 +225,7 @@ class codec_impl final : public codec {
     return *w;
   }
   std::unique_ptr<sharded_codec> make_sharded(gc::sharded::mode m) const override;
+  std::unique_ptr<device_codec> make_device() const override;
 
  private:
   C comp_;

@@ -30,6 +30,9 @@ const char* errc_name(gc::errc e) {
 void raise(const gc::status& s) {
   throw codec_error(s.code(), std::string(gc::to_string(s.code())) + ": " + s.detail());
 }
+void raise(gc::errc code, const std::string& detail) {
+  throw codec_error(code, std::string(gc::to_string(code)) + ": " + detail);
+}
 
 void bad_option(const std::string& key, const char* why) {
   throw codec_error(gc::errc::invalid_argument, "option '" + key + "' " + why);

@@ -18,16 +18,102 @@ using namespace gradcomp_py;
 namespace {
 
 struct state_box {
-  gc::state st;
+  gc::state st;  // a CPU state; for a device state, the staging copy of checkpoints
   std::uint32_t codec_id;
   std::string codec;  // the Compressor's name, for repr
+  // A state on a CUDA device: its memory (step, residual) and the kernels that read it.
+  int device = -1;
+  std::shared_ptr<std::byte> mem{};
+  std::shared_ptr<device_codec> kernels{};
 };
 
 struct codec_box {
   std::string name;
   std::unique_ptr<codec> impl;
   std::string given;  // the keyword options as passed, for repr ("density=0.01, ...")
+  std::shared_ptr<device_codec> kernels{};  // made on first use on a CUDA device
+  std::unique_ptr<device_context> ctx;
+
+  device_codec& device() {
+    if (!kernels) {
+      if (!cuda_build_info().cuda) raise(gc::errc::device_error, "this build of gradcomp has no CUDA support");
+      kernels = impl->make_device();
+      if (!kernels)
+        raise(gc::errc::invalid_argument,
+               "codec '" + name + "' has no CUDA kernels (threshold, random-k and AccTFM's row top-k select on the CPU only): "
+               "pass CPU tensors");
+    }
+    return *kernels;
+  }
 };
+
+// The CUDA device of a torch.device, a device string ("cuda:1") or an index; -1 for the CPU.
+int parse_device(nb::handle d) {
+  nb::object torch = nb::module_::import_("torch");
+  nb::object dev = torch.attr("device")(d);
+  const std::string type = nb::cast<std::string>(dev.attr("type"));
+  if (type == "cpu") return -1;
+  if (type != "cuda") throw nb::value_error(("device: 'cpu' or 'cuda' expected, not '" + type + "'").c_str());
+  if (!nb::cast<bool>(torch.attr("cuda").attr("is_available")()))
+    raise(gc::errc::device_error, "no CUDA device is available to torch");
+  nb::object index = dev.attr("index");
+  return index.is_none() ? nb::cast<int>(torch.attr("cuda").attr("current_device")()) : nb::cast<int>(index);
+}
+
+// Where a call on arrays of CUDA device `device` runs: torch's current stream of that device.
+device_stream current_stream(int device) {
+  nb::object cuda = nb::module_::import_("torch").attr("cuda");
+  const auto handle = nb::cast<std::uintptr_t>(cuda.attr("current_stream")(device).attr("cuda_stream"));
+  return {device, reinterpret_cast<void*>(handle)};
+}
+
+// The one device of a call's arrays: -1 when all are on the CPU, the CUDA device when all are
+// on it; anything else is a ValueError that names both.
+template <class... A>
+int call_device(const char* call, const A&... arrays) {
+  int device = -2;
+  std::string first;
+  auto one = [&](const auto& a) {
+    const int d = on_cuda(a) ? a.device_id() : a.device_type() == nb::device::cpu::value ? -1 : -3;
+    if (d == -3) throw nb::value_error((std::string(call) + ": arrays must be on the CPU or a CUDA device").c_str());
+    if (device == -2) device = d;
+    else if (d != device)
+      throw nb::value_error((std::string(call) + ": all arrays of one call must be on one device (found " +
+                             (device < 0 ? std::string("cpu") : "cuda:" + std::to_string(device)) + " and " +
+                             (d < 0 ? std::string("cpu") : "cuda:" + std::to_string(d)) + ")")
+                                .c_str());
+  };
+  (one(arrays), ...);
+  return device;
+}
+
+std::string device_name(int device) { return device < 0 ? "cpu" : "cuda:" + std::to_string(device); }
+
+template <class A>
+std::byte* device_bytes(const A& a, const char* what, std::size_t align) {
+  check_contiguous(a, what);
+  if (a.itemsize() != 1) throw nb::type_error((std::string(what) + ": payloads are uint8 (or int8) arrays").c_str());
+  auto* p = static_cast<std::byte*>(const_cast<void*>(a.data()));
+  if (reinterpret_cast<std::uintptr_t>(p) % align != 0)
+    throw nb::value_error((std::string(what) + ": CUDA payloads must start on an 8-byte boundary").c_str());
+  return p;
+}
+
+void check_state_device(const state_box& st, int device) {
+  if (st.device != device)
+    throw nb::value_error(("state: made for " + device_name(st.device) + ", the arrays are on " + device_name(device) +
+                           " (Compressor.make_state(n, device=...))")
+                              .c_str());
+}
+
+// A device state's memory is laid out for one codec and size: anything else is refused before
+// a kernel could read past it.
+void check_device_state(const state_box& st, int device, const codec_box& c, std::size_t n) {
+  check_state_device(st, device);
+  if (st.codec_id != c.impl->codec_id())
+    raise(gc::errc::codec_mismatch, "state: made by another codec ('" + st.codec + "')");
+  if (st.st.size != n) raise(gc::errc::size_mismatch, "gradient size differs from the state's");
+}
 
 }  // namespace
 
@@ -104,6 +190,38 @@ NB_MODULE(_core, m) {
      "Returns:\n"
      "    dict[str, str]: codec name -> what it is (e.g. ``\"topk\"``, ``\"int8\"``, ``\"bf16\"``).");
 
+  m.def("build_info", [] {
+    const cuda_build b = cuda_build_info();
+    nb::dict d;
+    d["cuda"] = b.cuda;
+    d["cuda_version"] = b.cuda ? nb::object(nb::str(b.version.c_str())) : nb::none();
+    d["cuda_architectures"] = b.cuda ? nb::object(nb::str(b.architectures.c_str())) : nb::none();
+    nb::list codecs;
+    if (b.cuda)
+      for (const entry& e : registry()) {
+        options o;
+        if (e.name == "acctfm") continue;  // row top-k: CPU only
+        if (make_codec(e.name, o)->make_device()) codecs.append(e.name);
+      }
+    d["cuda_codecs"] = codecs;
+    nb::list isa;
+    isa.append("baseline");
+#if GRADCOMP_CPU_DISPATCH
+    isa.append("avx2");
+    isa.append("avx512");
+#endif
+    d["cpu_isa"] = isa;
+    const gc::cpu::isa a = gc::cpu::active_isa();
+    d["cpu_isa_active"] = a == gc::cpu::isa::avx512 ? "avx512" : a == gc::cpu::isa::avx2 ? "avx2" : "baseline";
+    return d;
+  }, nb::sig("def build_info() -> dict[str, object]"),
+     "What this build of the extension holds.\n\n"
+     "Returns:\n"
+     "    dict: ``cuda`` (bool: CUDA kernels compiled in), ``cuda_version`` (the CUDA toolkit's, e.g.\n"
+     "    ``\"13.0\"``, or None), ``cuda_architectures`` (e.g. ``\"90\"``, or None), ``cuda_codecs`` (the\n"
+     "    codecs that run on CUDA tensors), ``cpu_isa`` (the CPU code versions compiled in) and\n"
+     "    ``cpu_isa_active`` (the one this CPU runs).");
+
   m.def("crc32c", [](nb::bytes data, std::uint32_t value) {
     return gc::crc32c({static_cast<const std::byte*>(data.data()), data.size()}, value);
   }, nb::arg("data"), nb::arg("value") = 0,
@@ -120,15 +238,31 @@ NB_MODULE(_core, m) {
       ":meth:`Compressor.compress` of that buffer. Its arrays live in C++ and are exposed as NumPy views "
       "(``torch.from_dlpack(state.residual)`` shares them too).")
       .def_prop_ro("size", [](const state_box& s) { return s.st.size; }, "Elements of the buffer the state serves.")
-      .def_prop_rw("step", [](const state_box& s) { return s.st.step; }, [](state_box& s, std::uint64_t v) { s.st.step = v; },
-                   "Gradient buffers compressed with this state (settable).")
-      .def_prop_ro("residual", [](state_box& s) { return float_view(s.st.residual); }, nb::rv_policy::reference_internal,
-                   "The error-feedback residual, a float32 NumPy view of ``size`` elements (no copy; empty without "
-                   "error feedback).")
+      .def_prop_ro("device", [](const state_box& s) { return device_name(s.device); },
+                   "Where the state lives: ``\"cpu\"`` or ``\"cuda:N\"`` (the device of the tensors it serves).")
+      .def_prop_rw("step", [](state_box& s) {
+        if (s.mem) s.kernels->download(s.mem.get(), s.st.size, s.st, current_stream(s.device));
+        return s.st.step;
+      }, [](state_box& s, std::uint64_t v) {
+        if (s.mem) s.kernels->download(s.mem.get(), s.st.size, s.st, current_stream(s.device));
+        s.st.step = v;
+        if (s.mem) s.kernels->upload(s.st, s.mem.get(), s.st.size, current_stream(s.device));
+      }, "Gradient buffers compressed with this state (settable; on a CUDA device, reading or setting it waits for the "
+         "device).")
+      .def_prop_ro("residual", [](state_box& s) -> nb::object {
+        if (!s.mem) return nb::cast(float_view(s.st.residual), nb::rv_policy::reference);
+        const std::size_t n = s.st.residual.empty() ? 0 : s.st.size;
+        return nb::cast(nb::ndarray<nb::pytorch, float, nb::ndim<1>>(s.mem.get() + 256, {n}, nb::handle(), {},
+                                                                     nb::dtype<float>(), nb::device::cuda::value, s.device),
+                        nb::rv_policy::reference);
+      }, nb::keep_alive<0, 1>(),
+         "The error-feedback residual of ``size`` elements (empty without error feedback), without a copy: a float32 "
+         "NumPy view for a CPU state, a CUDA tensor on the state's device for a device state.")
       .def_prop_ro("thresholds", [](state_box& s) { return float_view(s.st.thresholds); }, nb::rv_policy::reference_internal,
                    "Threshold codecs: each chunk's last selection threshold (0: none yet), a float32 NumPy view; empty "
                    "for other codecs.")
-      .def("checkpoint", [](const state_box& s) {
+      .def("checkpoint", [](state_box& s) {
+        if (s.mem) s.kernels->download(s.mem.get(), s.st.size, s.st, current_stream(s.device));
         std::string bytes(gc::checkpoint_bytes(s.st), '\0');
         const auto r = gc::save_checkpoint(s.st, s.codec_id, std::as_writable_bytes(std::span(bytes)));
         if (!r) raise(r.error());
@@ -137,17 +271,21 @@ NB_MODULE(_core, m) {
          "Returns:\n"
          "    bytes: residual, momentum, thresholds and step, with the codec's identifier and a CRC32C.")
       .def("restore", [](state_box& s, nb::bytes b) {
-        check(gc::load_checkpoint({static_cast<const std::byte*>(b.data()), b.size()}, s.codec_id, s.st));
+        gc::state loaded = s.st;  // the state is unchanged unless the bytes load
+        check(gc::load_checkpoint({static_cast<const std::byte*>(b.data()), b.size()}, s.codec_id, loaded));
+        if (s.mem) s.kernels->upload(loaded, s.mem.get(), loaded.size, current_stream(s.device));
+        s.st = std::move(loaded);
       }, nb::arg("data"),
          "Restores :meth:`checkpoint` bytes into this state.\n\n"
          "Args:\n"
-         "    data (bytes): a checkpoint of a state of the same codec and size.\n\n"
+         "    data (bytes): a checkpoint of a state of the same codec and size, made on any device.\n\n"
          "Raises:\n"
          "    gradcomp.Error: corrupted bytes (``checksum_mismatch``, ``truncated``, ...), another codec\n"
          "        (``codec_mismatch``) or another size; the state is unchanged then.")
       .def("__repr__", [](const state_box& s) {
-        return "gradcomp.State(codec='" + s.codec + "', size=" + std::to_string(s.st.size) + ", step=" +
-               std::to_string(s.st.step) + ", residual=" + std::to_string(s.st.residual.size()) +
+        return "gradcomp.State(codec='" + s.codec + "', size=" + std::to_string(s.st.size) +
+               (s.mem ? ", device='" + device_name(s.device) + "'" : ", step=" + std::to_string(s.st.step)) +
+               ", residual=" + std::to_string(s.st.residual.size()) +
                ", thresholds=" + std::to_string(s.st.thresholds.size()) + ")";
       });
 
@@ -168,7 +306,7 @@ NB_MODULE(_core, m) {
       "    >>> frames = out[:c.compress(g, st, out)]\n"
       "    >>> s = torch.zeros_like(g); c.accumulate(frames, s)")
       .def("__init__", [](codec_box* self, const std::string& name, nb::kwargs kw) {
-        new (self) codec_box{name, make_codec(name, to_options(kw)), kwargs_repr(kw)};
+        new (self) codec_box{name, make_codec(name, to_options(kw)), kwargs_repr(kw), nullptr, std::make_unique<device_context>()};
       }, nb::arg("name"), nb::arg("options"))
       .def_prop_ro("name", [](const codec_box& c) { return c.name; }, "The codec's name.")
       .def_prop_ro("codec_id", [](const codec_box& c) { return c.impl->codec_id(); },
@@ -190,13 +328,43 @@ NB_MODULE(_core, m) {
          "    dtype (torch.dtype, optional): ``torch.float32`` (default) or ``torch.bfloat16``.\n\n"
          "Returns:\n"
          "    int: the size ``out`` needs.")
-      .def("make_state", [](const codec_box& c, std::size_t n) {
-        return state_box{c.impl->make_state(n), c.impl->codec_id(), c.name};
-      }, nb::arg("n"),
+      .def("make_state", [](codec_box& c, std::size_t n, nb::handle device) {
+        state_box st{c.impl->make_state(n), c.impl->codec_id(), c.name, -1, nullptr, nullptr};
+        st.device = device.is_none() ? -1 : parse_device(device);
+        if (st.device >= 0) {
+          device_codec& k = c.device();
+          cuda_check_device(st.device);
+          const device_stream s = current_stream(st.device);
+          st.kernels = c.kernels;
+          st.mem = device_alloc(st.device, k.state_bytes(n));
+          k.init_state(st.mem.get(), n, s);
+        }
+        return st;
+      }, nb::arg("n"), nb::arg("device") = nb::none(),
+         nb::sig("def make_state(self, n: int, device: torch.device | str | int | None = None) -> State"),
          "A fresh state for a buffer of ``n`` elements.\n\n"
+         "Args:\n"
+         "    n (int): elements of the buffer.\n"
+         "    device (torch.device | str | int, optional): where the gradients live: the CPU (default) or a CUDA\n"
+         "        device, whose state is kept in that device's memory.\n\n"
          "Returns:\n"
-         "    State: step 0, zero residual.")
-      .def("compress", [](const codec_box& c, in_array grad, state_box& st, out_array out) {
+         "    State: step 0, zero residual.\n\n"
+         "Raises:\n"
+         "    gradcomp.Error: a CUDA device with a codec that has no CUDA kernels (``invalid_argument``) or a\n"
+         "        build without CUDA (``device_error``).")
+      .def("compress", [](codec_box& c, in_array grad, state_box& st, out_array out) {
+        const int device = call_device("compress", grad, out);
+        if (device >= 0) {
+          check_contiguous(grad, "grad");
+          const gc::dtype t = grad_dtype(grad, "grad");
+          std::byte* o = device_bytes(out, "out", 8);
+          check_device_state(st, device, c, grad.size());
+          device_codec& k = c.device();
+          const device_stream s = current_stream(device);
+          nb::gil_scoped_release unlocked;
+          return k.compress(*c.ctx, grad.data(), grad.size(), t, st.mem.get(), o, out.size(), s);
+        }
+        check_state_device(st, -1);
         check_cpu_contiguous(grad, "grad");
         const gc::dtype t = grad_dtype(grad, "grad");
         const auto o = byte_view(out, "out");
@@ -205,8 +373,11 @@ NB_MODULE(_core, m) {
       }, nb::arg("grad").noconvert(), nb::arg("state"), nb::arg("out").noconvert(),
          nb::sig("def compress(self, grad: torch.Tensor, state: State, out: torch.Tensor) -> int"),
          "Compresses ``grad`` into ``out``.\n\n"
+         "On a CUDA device the call is queued on the device's current stream and returns without waiting;\n"
+         "the size it returns is fixed by the codec and ``grad``'s size (sparse frames carry u32 index lists),\n"
+         "and an error found on the device (non-finite values) is raised by a later :meth:`check`.\n\n"
          "Args:\n"
-         "    grad (torch.Tensor): float32 or bfloat16 gradient (read only).\n"
+         "    grad (torch.Tensor): float32 or bfloat16 gradient (read only), on the CPU or a CUDA device.\n"
          "    state (State): the buffer's state (step, residual and thresholds are updated).\n"
          "    out (torch.Tensor): uint8, at least :meth:`max_payload_bytes` long; the frames are written\n"
          "        at its start.\n\n"
@@ -217,7 +388,18 @@ NB_MODULE(_core, m) {
          "    ValueError: an array is not contiguous or not on the CPU.\n"
          "    gradcomp.Error: ``out`` too small (``buffer_too_small``), a state of another size, non-finite\n"
          "        values (unless ``allow_non_finite``).")
-      .def("decompress", [](const codec_box& c, in_array payload, out_array out) {
+      .def("decompress", [](codec_box& c, in_array payload, out_array out) {
+        const int device = call_device("decompress", payload, out);
+        if (device >= 0) {
+          check_contiguous(out, "out");
+          const gc::dtype t = grad_dtype(out, "out");
+          const std::byte* p = device_bytes(payload, "payload", 8);
+          device_codec& k = c.device();
+          const device_stream s = current_stream(device);
+          nb::gil_scoped_release unlocked;
+          k.decode(*c.ctx, p, payload.size(), const_cast<void*>(out.data()), out.size(), t, false, s);
+          return;
+        }
         check_cpu_contiguous(out, "out");
         const gc::dtype t = grad_dtype(out, "out");
         const auto p = byte_view(payload, "payload");
@@ -233,7 +415,18 @@ NB_MODULE(_core, m) {
          "Raises:\n"
          "    gradcomp.Error: a frame failed validation (``checksum_mismatch``, ``codec_mismatch``,\n"
          "        ``truncated``, ...); ``out`` is untouched then.")
-      .def("accumulate", [](const codec_box& c, in_array payload, out_array out) {
+      .def("accumulate", [](codec_box& c, in_array payload, out_array out) {
+        const int device = call_device("accumulate", payload, out);
+        if (device >= 0) {
+          check_contiguous(out, "out");
+          const gc::dtype t = grad_dtype(out, "out");
+          const std::byte* p = device_bytes(payload, "payload", 8);
+          device_codec& k = c.device();
+          const device_stream s = current_stream(device);
+          nb::gil_scoped_release unlocked;
+          k.decode(*c.ctx, p, payload.size(), const_cast<void*>(out.data()), out.size(), t, true, s);
+          return;
+        }
         check_cpu_contiguous(out, "out");
         const gc::dtype t = grad_dtype(out, "out");
         const auto p = byte_view(payload, "payload");
@@ -291,12 +484,20 @@ NB_MODULE(_core, m) {
          "Returns:\n"
          "    dict: ``wire_bytes_per_element``, ``frame_bytes``, ``encode_elements_per_s``,\n"
          "    ``decode_elements_per_s``, ``call_s``, ``collective``.")
-      .def("encode_cast", [](const codec_box& c, in_array src, out_array codes, float scale) {
-        check_cpu_contiguous(src, "src");
-        check_cpu_contiguous(codes, "codes");
+      .def("encode_cast", [](codec_box& c, in_array src, out_array codes, float scale) {
+        const int device = call_device("encode_cast", src, codes);
+        check_contiguous(src, "src");
+        check_contiguous(codes, "codes");
         if (grad_dtype(src, "src") != gc::dtype::f32) throw nb::type_error("src: float32 expected");
         if (codes.size() != src.size() || codes.itemsize() * 8 != c.impl->wire_bits())
           throw nb::value_error("codes: one element of the wire type per source element expected");
+        if (device >= 0) {
+          device_codec& k = c.device();
+          const device_stream s = current_stream(device);
+          nb::gil_scoped_release unlocked;
+          k.encode_cast(static_cast<const float*>(src.data()), const_cast<void*>(codes.data()), src.size(), scale, s);
+          return;
+        }
         nb::gil_scoped_release unlocked;
         c.impl->encode_cast(static_cast<const float*>(src.data()), const_cast<void*>(codes.data()), src.size(), scale);
       }, nb::arg("src").noconvert(), nb::arg("codes").noconvert(), nb::arg("scale") = 1.0f,
@@ -308,12 +509,20 @@ NB_MODULE(_core, m) {
          "    scale (float): multiplies every value first (default 1.0).\n\n"
          "Raises:\n"
          "    gradcomp.Error: the codec is not a summable cast.")
-      .def("decode_cast", [](const codec_box& c, in_array codes, out_array dst, bool add) {
-        check_cpu_contiguous(codes, "codes");
-        check_cpu_contiguous(dst, "dst");
+      .def("decode_cast", [](codec_box& c, in_array codes, out_array dst, bool add) {
+        const int device = call_device("decode_cast", codes, dst);
+        check_contiguous(codes, "codes");
+        check_contiguous(dst, "dst");
         if (grad_dtype(dst, "dst") != gc::dtype::f32) throw nb::type_error("dst: float32 expected");
         if (codes.size() != dst.size() || codes.itemsize() * 8 != c.impl->wire_bits())
           throw nb::value_error("codes: one element of the wire type per destination element expected");
+        if (device >= 0) {
+          device_codec& k = c.device();
+          const device_stream s = current_stream(device);
+          nb::gil_scoped_release unlocked;
+          k.decode_cast(codes.data(), const_cast<float*>(static_cast<const float*>(dst.data())), dst.size(), add, s);
+          return;
+        }
         nb::gil_scoped_release unlocked;
         c.impl->decode_cast(codes.data(), const_cast<float*>(static_cast<const float*>(dst.data())), dst.size(), add);
       }, nb::arg("codes").noconvert(), nb::arg("dst").noconvert(), nb::arg("add") = false,
@@ -325,6 +534,17 @@ NB_MODULE(_core, m) {
          "    add (bool): add instead of overwriting (default False).\n\n"
          "Raises:\n"
          "    gradcomp.Error: the codec is not a summable cast.")
+      .def("check", [](codec_box& c) { c.ctx->check(); },
+         "Raises the first error a CUDA call of this compressor reported since the last check.\n\n"
+         "CUDA calls never wait for the device, so what they find in the data (a frame failing validation,\n"
+         "non-finite values) is kept on the device; this waits for every stream the compressor used and reads\n"
+         "it. It also runs every :attr:`check_interval` CUDA calls. No-op for CPU calls, which raise at once.\n\n"
+         "Raises:\n"
+         "    gradcomp.Error: the first failure's code (e.g. ``checksum_mismatch``); the failed call left its\n"
+         "        output untouched.")
+      .def_prop_rw("check_interval", [](const codec_box& c) { return c.ctx->interval; },
+                   [](codec_box& c, std::uint64_t v) { c.ctx->interval = v; },
+                   "CUDA calls between two automatic :meth:`check`\\ s (default 256; 0: only on demand).")
       .def("__repr__", [](const codec_box& c) {
         std::string r = "gradcomp.Compressor('" + c.name + "'" + c.given;
         if (c.given.find("error_feedback=") == std::string::npos)

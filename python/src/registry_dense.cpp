@@ -1,4 +1,5 @@
 // Dense codecs: casts, fp8 and integer blocks over every element (registry_grouped.cpp: the rest).
+#include "device.hpp"   // the GPU kernels of every registered compressor that has them
 #include "sharded.hpp"  // codec.hpp and the sharded codec of every registered compressor
 
 namespace gradcomp_py {

@@ -1,4 +1,5 @@
 // Dense codecs with other per-group codes: QSGD, TernGrad, sign, natural, piecewise.
+#include "device.hpp"   // the GPU kernels of every registered compressor that has them
 #include "sharded.hpp"  // codec.hpp and the sharded codec of every registered compressor
 
 namespace gradcomp_py {

@@ -1,4 +1,5 @@
 // Sparse codecs: a selection of the elements, their values cast or quantized.
+#include "device.hpp"   // the GPU kernels of every registered compressor that has them
 #include "sharded.hpp"  // codec.hpp and the sharded codec of every registered compressor
 
 namespace gradcomp_py {

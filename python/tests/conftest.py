@@ -7,3 +7,21 @@ SOURCE = os.path.dirname(HERE)  # python/: its gradcomp/ has no built extension
 # directory first on sys.path); dist_util is imported from here.
 sys.path[:] = [p for p in sys.path if os.path.abspath(p or os.getcwd()) != SOURCE]
 sys.path.insert(0, HERE)
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "gpu: needs a CUDA device and a CUDA build of gradcomp (skipped otherwise)")
+
+
+def pytest_runtest_setup(item):
+    if item.get_closest_marker("gpu") is None:
+        return
+    import pytest
+    import torch
+
+    import gradcomp
+
+    if not gradcomp.build_info()["cuda"]:
+        pytest.skip("this build of gradcomp has no CUDA kernels")
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA device")

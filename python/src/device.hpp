@@ -1,0 +1,112 @@
+#pragma once
+// The CUDA side of the bindings behind plain C++ declarations, so that only the .cu files
+// (device*.cu, compiled by nvcc when the extension is built with CUDA) see CUDA headers.
+//
+// A codec whose composition has GPU kernels (dense or exact top-k selection, no or residual
+// feedback: `device_capable`) gets a `device_codec` from codec_impl<C>::make_device(); the
+// device calls run on a caller's stream, never synchronise the host, and leave what they
+// find in a device report that `device_context::check` reads (docs/python.md, "CUDA").
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <type_traits>
+
+#include "codec.hpp"
+
+namespace gradcomp_py {
+
+// Where a device call runs: the CUDA device and the stream (a cudaStream_t).
+struct device_stream {
+  int device = 0;
+  void* stream = nullptr;
+};
+
+// Device memory from cudaMalloc on `device`, freed when the last owner lets go.
+std::shared_ptr<std::byte> device_alloc(int device, std::size_t bytes);
+
+// Per Compressor: one workspace and one report per stream, and the first error any device
+// call reported since the last check (a sticky word the calls latch into, in stream order).
+class device_context {
+ public:
+  device_context();
+  ~device_context();
+  device_context(const device_context&) = delete;
+  device_context& operator=(const device_context&) = delete;
+
+  struct slot {
+    std::byte* workspace = nullptr;  // at least the bytes asked for, 256-byte aligned
+    void* report = nullptr;          // a gradcomp::cuda::report
+  };
+  // The stream's workspace of at least `bytes` and its report. Growing it waits for the stream
+  // and allocates: warm up before capturing a CUDA graph.
+  slot get(device_stream s, std::size_t bytes);
+  // Enqueued after each call: copies the call's error into the sticky word unless one is there.
+  void latch(device_stream s);
+  // Waits for every stream used, then raises the first error reported (gradcomp.Error), clearing it.
+  void check();
+  // Device calls since construction; check() runs every `interval` calls (0: only on demand).
+  std::uint64_t calls = 0;
+  std::uint64_t interval = 256;
+
+ private:
+  struct impl;
+  std::unique_ptr<impl> impl_;
+};
+
+// One compressor's GPU kernels (gradcomp::cuda), for the buffers of one State.
+class device_codec {
+ public:
+  virtual ~device_codec() = default;
+  // Exact bytes compress writes for n elements of t (the device path's frames have a fixed
+  // size: sparse frames carry u32 index lists).
+  virtual std::size_t payload_bytes(std::size_t n, gc::dtype t) const = 0;
+  virtual std::size_t state_bytes(std::size_t n) const = 0;
+  // Zeroes a state in `mem` (state_bytes(n), 256-byte aligned), in stream order.
+  virtual void init_state(std::byte* mem, std::size_t n, device_stream s) const = 0;
+  // Synchronous copies between a device state and a host state of the same size.
+  virtual void download(const std::byte* mem, std::size_t n, gc::state& host, device_stream s) const = 0;
+  virtual void upload(const gc::state& host, std::byte* mem, std::size_t n, device_stream s) const = 0;
+  // Returns the payload bytes; errors found on the device go to ctx's report.
+  virtual std::size_t compress(device_context& ctx, const void* grad, std::size_t n, gc::dtype t, std::byte* state_mem,
+                               std::byte* out, std::size_t out_bytes, device_stream s) const = 0;
+  virtual void decode(device_context& ctx, const std::byte* payload, std::size_t bytes, void* out, std::size_t n,
+                      gc::dtype t, bool add, device_stream s) const = 0;
+  // Summable casts: codes = encode(src * scale); dst (+)= decode(codes).
+  virtual void encode_cast(const float* src, void* codes, std::size_t n, float scale, device_stream s) const = 0;
+  virtual void decode_cast(const void* codes, float* dst, std::size_t n, bool add, device_stream s) const = 0;
+};
+
+// What the extension was built with (gradcomp.build_info()).
+struct cuda_build {
+  bool cuda = false;
+  std::string version;        // CUDA runtime version the extension was compiled with, e.g. "13.0"
+  std::string architectures;  // e.g. "90"
+};
+cuda_build cuda_build_info();
+// Raises gradcomp.Error device_error when no CUDA runtime / device can run the kernels.
+void cuda_check_device(int device);
+
+// The compositions with GPU kernels: every registry codec whose selection is dense or exact
+// top-k and whose feedback is none or residual (gradcomp::cuda's requirements).
+template <class C>
+struct device_capable : std::false_type {};
+template <class S, class Q, class F>
+struct device_capable<gc::compressor<gc::partition::chunks, S, Q, F>>
+    : std::bool_constant<(std::is_same_v<S, gc::sparsify::dense> || std::is_same_v<S, gc::sparsify::topk>) &&
+                         (std::is_same_v<F, gc::feedback::none> || std::is_same_v<F, gc::feedback::residual>)> {};
+
+// Defined in the device*.cu files for every device_capable C the registry builds.
+template <class C>
+std::unique_ptr<device_codec> make_device_codec(const C& comp);
+
+template <class C>
+std::unique_ptr<device_codec> codec_impl<C>::make_device() const {
+#ifdef GRADCOMP_PY_CUDA
+  if constexpr (device_capable<C>::value) return make_device_codec<C>(comp_);
+#endif
+  return nullptr;
+}
+
+}  // namespace gradcomp_py
