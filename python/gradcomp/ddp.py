@@ -477,8 +477,8 @@ class _Plan:
             self.recv0 = torch.empty(world * self.block0, dtype=torch.uint8, device=dev)
             self.scratch = torch.empty(world * most, dtype=torch.uint8, device=dev)
             self.raw = torch.zeros(world * self.q, dtype=torch.float32, device=dev)
-        else:
-            self.small1, self.block1 = at, at + 4 * m
+        else:  # on CUDA every rank's block starts on 8 bytes, as device payloads must
+            self.small1, self.block1 = at, (_align8(at + 4 * m) if dev.type == "cuda" else at + 4 * m)
         self.send = torch.zeros(self.block1, dtype=torch.uint8, device=dev)
         self.recv = torch.empty(world * self.block1, dtype=torch.uint8, device=dev)
 

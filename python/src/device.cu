@@ -2,6 +2,7 @@
 // reports, the sticky error word, build information; and the dense casts' device codecs.
 
 #include <map>
+#include <utility>
 #include <mutex>
 #include <string>
 
@@ -45,13 +46,12 @@ __global__ void latch_kernel(const gcu::report* rep, std::uint32_t* sticky) {
 
 struct device_context::impl {
   struct stream_space {
-    int device = 0;
     std::shared_ptr<std::byte> workspace;
     std::size_t bytes = 0;
     std::shared_ptr<std::byte> control;  // a report, then the sticky word
   };
   std::mutex lock;
-  std::map<void*, stream_space> streams;  // by stream (device, stream pairs are unique)
+  std::map<std::pair<int, void*>, stream_space> streams;  // by device and stream (every device's default stream is 0)
 };
 
 device_context::device_context() : impl_(std::make_unique<impl>()) {}
@@ -59,9 +59,8 @@ device_context::~device_context() = default;
 
 device_context::slot device_context::get(device_stream s, std::size_t bytes) {
   std::lock_guard hold(impl_->lock);
-  auto& space = impl_->streams[s.stream];
+  auto& space = impl_->streams[{s.device, s.stream}];
   if (!space.control) {
-    space.device = s.device;
     space.control = device_alloc(s.device, 256);
     check_cuda(cudaMemsetAsync(space.control.get(), 0, 256, static_cast<cudaStream_t>(s.stream)), "cudaMemsetAsync");
   }
@@ -79,7 +78,7 @@ void device_context::latch(device_stream s) {
   std::byte* control = nullptr;
   {
     std::lock_guard hold(impl_->lock);
-    control = impl_->streams.at(s.stream).control.get();
+    control = impl_->streams.at({s.device, s.stream}).control.get();
   }
   latch_kernel<<<1, 1, 0, static_cast<cudaStream_t>(s.stream)>>>(reinterpret_cast<const gcu::report*>(control),
                                                                   reinterpret_cast<std::uint32_t*>(control + 64));
@@ -91,11 +90,11 @@ void device_context::check() {
   std::uint32_t first = 0;
   {
     std::lock_guard hold(impl_->lock);
-    for (auto& [stream, space] : impl_->streams) {
-      device_guard on(space.device);
+    for (auto& [key, space] : impl_->streams) {
+      device_guard on(key.first);
       auto* sticky = reinterpret_cast<std::uint32_t*>(space.control.get() + 64);
       std::uint32_t code = 0;
-      const auto st = static_cast<cudaStream_t>(stream);
+      const auto st = static_cast<cudaStream_t>(key.second);
       check_cuda(cudaMemcpyAsync(&code, sticky, sizeof code, cudaMemcpyDeviceToHost, st), "cudaMemcpyAsync");
       check_cuda(cudaStreamSynchronize(st), "cudaStreamSynchronize");
       if (code != 0) {

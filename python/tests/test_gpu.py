@@ -227,6 +227,9 @@ def nccl_group():
     dist.destroy_process_group()
 
 
+# Mean of the last 10 losses against plain DDP's, measured with the same loop on the CPU (gloo,
+# one rank): top-k 10% + error feedback +0.051, int8 and bf16 +0.0000; top-k 10% without error
+# feedback (a codec that loses too much) +0.38. The margin sits between.
 @gpu
 @pytest.mark.parametrize("codec,options", [("topk", {"density": 0.1}), ("int8", {}), ("bf16", {})])
 def test_ddp_hook_trains_on_nccl(nccl_group, codec, options):
@@ -242,7 +245,7 @@ def test_ddp_hook_trains_on_nccl(nccl_group, codec, options):
         if hooked:
             state = ddp.HookState(model, codec, **options)
             net.register_comm_hook(state, ddp.compress_hook)
-        opt = torch.optim.SGD(net.parameters(), lr=0.3, momentum=0.9)
+        opt = torch.optim.SGD(net.parameters(), lr=0.1, momentum=0.9)
         task = testing.MarkovTask()
         losses = []
         for step in range(60):
