@@ -56,9 +56,10 @@ class TinyTransformer(nn.Module):
         """Logits ``[batch, seq, vocab]`` of the next token at every position of ``idx``
         (``[batch, seq]`` token ids)."""
         t = idx.shape[1]
-        x = self.tok(idx) + self.pos(torch.arange(t))
+        x = self.tok(idx) + self.pos(torch.arange(t, device=idx.device))
+        mask = self.mask[:t, :t].to(idx.device)
         for b in self.blocks:
-            x = b(x, self.mask[:t, :t])
+            x = b(x, mask)
         return self.head(self.ln(x))
 
 

@@ -189,7 +189,8 @@ class codec_impl final : public codec {
       auto* c = static_cast<typename Q::code_type*>(codes);
       const typename Q::config qc{};
       const typename Q::meta m{};
-      for (std::size_t i = 0; i < n; ++i) c[i] = Q::encode(qc, m, src[i] * scale, 0);
+      // canonical_nan: a NaN made by the product has the same bits on every backend (docs/cuda.md).
+      for (std::size_t i = 0; i < n; ++i) c[i] = Q::encode(qc, m, gc::canonical_nan(src[i] * scale), 0);
     } else {
       (void)src, (void)codes, (void)n, (void)scale;
       raise({gc::errc::invalid_argument, "encode_cast: this codec is not a summable cast"});
@@ -201,7 +202,7 @@ class codec_impl final : public codec {
       const typename Q::config qc{};
       const typename Q::meta m{};
       if (add) {
-        for (std::size_t i = 0; i < n; ++i) dst[i] += Q::decode(qc, m, c[i]);
+        for (std::size_t i = 0; i < n; ++i) dst[i] = gc::canonical_nan(dst[i] + Q::decode(qc, m, c[i]));
       } else {
         for (std::size_t i = 0; i < n; ++i) dst[i] = Q::decode(qc, m, c[i]);
       }

@@ -37,14 +37,14 @@ __global__ void encode_cast_kernel(const float* src, typename Q::code_type* code
   const typename Q::config qc{};
   const typename Q::meta m{};
   for (std::size_t i = blockIdx.x * std::size_t{blockDim.x} + threadIdx.x; i < n; i += std::size_t{gridDim.x} * blockDim.x)
-    codes[i] = Q::encode(qc, m, src[i] * scale, 0);
+    codes[i] = Q::encode(qc, m, gc::canonical_nan(src[i] * scale), 0);
 }
 template <class Q>
 __global__ void decode_cast_kernel(const typename Q::code_type* codes, float* dst, std::size_t n, bool add) {
   const typename Q::config qc{};
   const typename Q::meta m{};
   for (std::size_t i = blockIdx.x * std::size_t{blockDim.x} + threadIdx.x; i < n; i += std::size_t{gridDim.x} * blockDim.x)
-    dst[i] = add ? dst[i] + Q::decode(qc, m, codes[i]) : Q::decode(qc, m, codes[i]);
+    dst[i] = add ? gc::canonical_nan(dst[i] + Q::decode(qc, m, codes[i])) : Q::decode(qc, m, codes[i]);
 }
 inline unsigned cast_grid(std::size_t n) { return static_cast<unsigned>(n == 0 ? 1 : (n + 255) / 256 < 4096 ? (n + 255) / 256 : 4096); }
 
