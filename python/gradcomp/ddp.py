@@ -49,6 +49,7 @@ class. docs/integrations.md in the repository maps each path onto the collective
 
 # No `from __future__ import annotations`: DDP's register_comm_hook checks the hooks' annotations
 # against dist.GradBucket and torch.futures.Future[torch.Tensor] as objects, not strings.
+import time
 from typing import Callable, Optional
 
 import numpy as np
@@ -152,6 +153,8 @@ class HookState:
         wire_bytes (int): bytes this rank put on the wire, all steps: (W - 1) blocks of each
             all-gather and all-to-all, 2 (W - 1) / W of each all-reduce's buffer.
         calls (int): buckets the hook has reduced.
+        hook_seconds (float): wall time spent in the hook's own work on this rank, all steps:
+            encoding before the collectives and decoding after them, not the collectives.
 
     Checkpoints: :meth:`state_dict` gathers every rank's states; :meth:`load_state_dict`
     restores them (exactly at the saved world size; :meth:`load_state_dict` says what is kept
@@ -204,6 +207,7 @@ class HookState:
         self.bytes_sent = 0
         self.wire_bytes = 0
         self.calls = 0
+        self.hook_seconds = 0.0
         if path == "gather" or (dist.is_available() and dist.is_initialized()):
             self._setup()
 
@@ -299,6 +303,7 @@ class HookState:
             a list of every rank's checkpoint, uint8 tensors, whose lengths may differ).
         """
         self._setup()
+        self.compressor.check()  # a CUDA run's device report: raise what it holds before saving
         pg = self.process_group
         gathered = gather_blobs({n: st.checkpoint() for n, st in self.states.items()}, pg)
         sharded = gather_blobs({n: self.sharded.checkpoint(st) for n, st in self.sharded_states.items()}, pg, ragged=True)
@@ -480,6 +485,8 @@ class _Plan:
         else:  # on CUDA every rank's block starts on 8 bytes, as device payloads must
             self.small1, self.block1 = at, (_align8(at + 4 * m) if dev.type == "cuda" else at + 4 * m)
         self.send = torch.zeros(self.block1, dtype=torch.uint8, device=dev)
+        self.gather_states = [state.states[e[1]] for e in self.gather]
+        self.gather_offsets = [e[2] for e in self.gather]
         self.recv = torch.empty(world * self.block1, dtype=torch.uint8, device=dev)
 
 
@@ -579,6 +586,7 @@ def _scatter(state: HookState, plan: _Plan, grads) -> None:
 
 
 def _compressed(state: HookState, bucket) -> torch.futures.Future:
+    t0 = time.perf_counter()
     pg, world = state.process_group, state.world()
     c = state.compressor
     grads = [g.view(-1) for g in bucket.gradients()]
@@ -589,9 +597,11 @@ def _compressed(state: HookState, bucket) -> torch.futures.Future:
     if plan.shard:
         _scatter(state, plan, grads)
     send = plan.send
-    # On a CUDA device a frame's size is fixed by the codec and the parameter's size, the same
-    # on every rank: the sizes travel for the CPU's sake, and the receiver uses its own.
-    local = [c.compress(grads[i], state.states[name], send[at:at + cap]) for i, name, at, cap in plan.gather]
+    # One C++ call per bucket each way. On a CUDA device a frame's size is fixed by the codec and
+    # the parameter's size, the same on every rank: the sizes travel for the CPU's sake, and the
+    # receiver uses its own.
+    outs = [grads[e[0]] for e in plan.gather]
+    local = c.compress_many(outs, plan.gather_states, send, plan.gather_offsets) if outs else []
     if local:
         send[:4 * len(local)].view(torch.int32).copy_(torch.tensor(local, dtype=torch.int32))
     if plan.small and not plan.shard:
@@ -602,17 +612,14 @@ def _compressed(state: HookState, bucket) -> torch.futures.Future:
     state.wire_bytes += (world - 1) * plan.block1
 
     def done(_):
+        t1 = time.perf_counter()
         recv = plan.recv.view(world, plan.block1)
         for i, name, _, _, at1, s1 in plan.shard:
             state.sharded.receive(1, state.sharded_states[name], recv[:, at1:at1 + s1].contiguous().view(-1), grads[i])
-        on_cuda = recv.is_cuda
-        got = None if on_cuda else recv[:, :4 * len(plan.gather)].view(torch.int32)
-        for j, (i, _name, at, _cap) in enumerate(plan.gather):
-            g = grads[i]
-            g.zero_()
-            for r in range(world):  # rank order: every replica adds the same frames the same way
-                c.accumulate(recv[r, at:at + (local[j] if on_cuda else int(got[r, j]))], g)
-            g.div_(world)
+        if outs:  # every rank's frames in rank order: every replica adds the same way
+            torch._foreach_zero_(outs)
+            c.accumulate_many(plan.recv, plan.block1, outs, plan.gather_offsets, local if plan.recv.is_cuda else None)
+            torch._foreach_div_(outs, world)
         if plan.small and plan.shard:  # every rank's reduced shard, in shard order
             raw = recv[:, plan.small1:plan.small1 + 4 * plan.q].contiguous().view(torch.float32).view(-1)
             for i, at, n in plan.small:
@@ -625,8 +632,10 @@ def _compressed(state: HookState, bucket) -> torch.futures.Future:
                 for r in range(1, world):
                     g.add_(raw[r, at:at + n])
                 g.div_(world)
+        state.hook_seconds += time.perf_counter() - t1
         return bucket.buffer()
 
+    state.hook_seconds += time.perf_counter() - t0
     return dist.all_gather_into_tensor(plan.recv, send, group=pg, async_op=True).get_future().then(done)
 
 

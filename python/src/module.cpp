@@ -6,7 +6,10 @@
 #include <nanobind/nanobind.h>
 #include <nanobind/ndarray.h>
 #include <nanobind/stl/string.h>
+#include <nanobind/stl/optional.h>
+#include <nanobind/stl/vector.h>
 
+#include <optional>
 #include <string>
 
 #include "arrays.hpp"
@@ -534,6 +537,102 @@ NB_MODULE(_core, m) {
          "    add (bool): add instead of overwriting (default False).\n\n"
          "Raises:\n"
          "    gradcomp.Error: the codec is not a summable cast.")
+      .def("compress_many", [](codec_box& c, std::vector<in_array> grads, std::vector<state_box*> states, out_array out,
+                               std::vector<std::size_t> offsets) {
+        if (grads.size() != states.size() || grads.size() != offsets.size())
+          throw nb::value_error("compress_many: one state and one offset per gradient");
+        const int device = call_device("compress_many", out, out);
+        std::byte* base = device >= 0 ? device_bytes(out, "out", 8) : byte_view(out, "out").data();
+        struct item {
+          const void* grad;
+          std::size_t n, cap;
+          gc::dtype t;
+          state_box* st;
+          std::byte* at;
+        };
+        std::vector<item> items;
+        for (std::size_t j = 0; j < grads.size(); ++j) {
+          const in_array& g = grads[j];
+          if (call_device("compress_many", g, out) != device) throw nb::value_error("compress_many: one device");
+          check_contiguous(g, "grad");
+          const gc::dtype t = grad_dtype(g, "grad");
+          if (states[j] == nullptr) throw nb::type_error("compress_many: states must be State objects");
+          const std::size_t cap = c.impl->max_payload_bytes(g.size(), t);
+          if (offsets[j] % 8 != 0 || offsets[j] > out.size() || out.size() - offsets[j] < cap)
+            throw nb::value_error("compress_many: each frame region (offset, max_payload_bytes) must lie in out, "
+                                  "at a multiple of 8");
+          if (device >= 0) check_device_state(*states[j], device, c, g.size());
+          else check_state_device(*states[j], -1);
+          if (states[j]->st.size != g.size()) raise(gc::errc::size_mismatch, "gradient size differs from the state's");
+          items.push_back({g.data(), g.size(), cap, t, states[j], base + offsets[j]});
+        }
+        device_codec* k = device >= 0 ? &c.device() : nullptr;
+        const device_stream s = device >= 0 ? current_stream(device) : device_stream{};
+        std::vector<std::size_t> sizes(items.size());
+        nb::gil_scoped_release unlocked;
+        for (std::size_t j = 0; j < items.size(); ++j) {
+          const item& i = items[j];
+          sizes[j] = k ? k->compress(*c.ctx, i.grad, i.n, i.t, i.st->mem.get(), i.at, i.cap, s)
+                       : c.impl->compress(i.grad, i.n, i.t, i.st->st, {i.at, i.cap});
+        }
+        return sizes;
+      }, nb::arg("grads"), nb::arg("states"), nb::arg("out").noconvert(), nb::arg("offsets"),
+         nb::sig("def compress_many(self, grads: list[torch.Tensor], states: list[State], out: torch.Tensor, offsets: list[int]) -> list[int]"),
+         "Compresses several gradients in one call: ``grads[j]`` with ``states[j]`` into ``out`` at\n"
+         "``offsets[j]`` (a multiple of 8, with :meth:`max_payload_bytes` of room), as :meth:`compress` does.\n\n"
+         "Returns:\n"
+         "    list[int]: each gradient's payload bytes.\n\n"
+         "Raises:\n"
+         "    As :meth:`compress`; every argument is checked before anything is compressed.")
+      .def("accumulate_many", [](codec_box& c, in_array gathered, std::size_t block, std::vector<out_array> outs,
+                                 std::vector<std::size_t> offsets, std::optional<std::vector<std::size_t>> sizes) {
+        if (outs.size() != offsets.size() || (sizes && sizes->size() != outs.size()))
+          throw nb::value_error("accumulate_many: one offset (and size) per output");
+        const int device = call_device("accumulate_many", gathered, gathered);
+        const std::byte* base = device >= 0 ? device_bytes(gathered, "gathered", 8) : byte_view(gathered, "gathered").data();
+        if (block == 0 || gathered.size() % block != 0)
+          raise(gc::errc::size_mismatch, "accumulate_many: gathered is not a whole number of blocks");
+        if (device >= 0 && block % 8 != 0) throw nb::value_error("accumulate_many: CUDA blocks must be multiples of 8 bytes");
+        if (device >= 0 && !sizes) throw nb::value_error("accumulate_many: CUDA payloads need their sizes");
+        if (!sizes && 4 * outs.size() > block) raise(gc::errc::size_mismatch, "accumulate_many: blocks too small for the sizes");
+        const std::size_t ranks = gathered.size() / block;
+        struct item {
+          void* out;
+          std::size_t n;
+          gc::dtype t;
+          std::size_t at, size;
+        };
+        std::vector<item> items;
+        for (std::size_t j = 0; j < outs.size(); ++j) {
+          const out_array& o = outs[j];
+          if (call_device("accumulate_many", o, gathered) != device) throw nb::value_error("accumulate_many: one device");
+          check_contiguous(o, "out");
+          items.push_back({const_cast<void*>(o.data()), o.size(), grad_dtype(o, "out"), offsets[j], sizes ? (*sizes)[j] : 0});
+        }
+        device_codec* k = device >= 0 ? &c.device() : nullptr;
+        const device_stream s = device >= 0 ? current_stream(device) : device_stream{};
+        nb::gil_scoped_release unlocked;
+        // Every rank's frames of output j, in rank order: every replica adds the same way.
+        for (std::size_t j = 0; j < items.size(); ++j) {
+          const item& i = items[j];
+          for (std::size_t r = 0; r < ranks; ++r) {
+            const std::byte* row = base + r * block;
+            const std::size_t size = sizes ? i.size : gc::load_le<std::uint32_t>(row + 4 * j);
+            if (i.at > block || size > block - i.at)
+              raise(gc::errc::size_mismatch, "accumulate_many: a payload reaches past its rank's block");
+            if (k) k->decode(*c.ctx, row + i.at, size, i.out, i.n, i.t, true, s);
+            else c.impl->decode({row + i.at, size}, i.out, i.n, i.t, true);
+          }
+        }
+      }, nb::arg("gathered").noconvert(), nb::arg("block"), nb::arg("outs"), nb::arg("offsets"), nb::arg("sizes") = nb::none(),
+         nb::sig("def accumulate_many(self, gathered: torch.Tensor, block: int, outs: list[torch.Tensor], offsets: list[int], sizes: list[int] | None = None) -> None"),
+         "Adds every rank's payloads of an all-gather to several outputs in one call: the gather path's sum.\n\n"
+         "``gathered`` holds one block of ``block`` bytes per rank; output j gets, in rank order, the\n"
+         "payload at ``offsets[j]`` of each block, ``sizes[j]`` bytes long (or as long as the int32 at byte\n"
+         "``4 * j`` of that block says, CPU only). Each payload is validated before it is added.\n\n"
+         "Raises:\n"
+         "    gradcomp.Error: a payload failed validation (that payload added nothing), or the layout does not\n"
+         "        fit (``size_mismatch``).")
       .def("check", [](codec_box& c) { c.ctx->check(); },
          "Raises the first error a CUDA call of this compressor reported since the last check.\n\n"
          "CUDA calls never wait for the device, so what they find in the data (a frame failing validation,\n"

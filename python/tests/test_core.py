@@ -208,3 +208,51 @@ def test_summable_cast_phase():
     assert torch.allclose(torch.from_dlpack(states[0].residual), g[0] - bufs[0].float())  # the cast's rounding
     with pytest.raises(gradcomp.Error):
         c.checkpoint(states[0])  # casts keep no state across steps
+
+
+def test_many_buffers_in_one_call_equal_one_call_each():
+    c = gradcomp.Compressor("topk", density=0.05)
+    sizes = [1000, 4096, 3]
+    grads = [torch.randn(n, generator=torch.Generator().manual_seed(n)) for n in sizes]
+    caps = [c.max_payload_bytes(n) for n in sizes]
+    offsets = [16 + sum((cap + 7) // 8 * 8 for cap in caps[:j]) for j in range(len(sizes))]
+    block = offsets[-1] + caps[-1]
+    out = torch.zeros(block, dtype=torch.uint8)
+    states = [c.make_state(n) for n in sizes]
+    got = c.compress_many(grads, states, out, offsets)
+    one = [c.make_state(n) for n in sizes]
+    for j, n in enumerate(sizes):
+        single = torch.zeros(caps[j], dtype=torch.uint8)
+        assert c.compress(grads[j], one[j], single) == got[j]
+        assert torch.equal(single[:got[j]], out[offsets[j]:offsets[j] + got[j]])
+        assert states[j].step == 1 and np.array_equal(np.asarray(states[j].residual), np.asarray(one[j].residual))
+    # Three ranks' blocks: the sizes from each block's head, or given.
+    out[:4 * len(sizes)].view(torch.int32)[:3] = torch.tensor(got, dtype=torch.int32)
+    gathered = out.repeat(3)
+    for sizes_arg in (None, got):
+        sums = [torch.zeros(n) for n in sizes]
+        c.accumulate_many(gathered, block, sums, offsets, sizes_arg)
+        for j in range(len(sizes)):
+            want = torch.zeros(sizes[j])
+            for _ in range(3):
+                c.accumulate(out[offsets[j]:offsets[j] + got[j]], want)
+            assert torch.equal(sums[j], want)
+    # Bad layouts: clear errors, nothing compressed or added.
+    with pytest.raises(ValueError, match="one state and one offset"):
+        c.compress_many(grads, states[:2], out, offsets)
+    with pytest.raises(ValueError, match="multiple of 8"):
+        c.compress_many(grads, states, out, [offsets[0] + 4] + offsets[1:])
+    with pytest.raises(ValueError, match="must lie in out"):
+        c.compress_many(grads, states, out[:block - 8], offsets)
+    with pytest.raises(gradcomp.Error) as e:
+        c.compress_many(grads, [states[1], states[0], states[2]], out, offsets)
+    assert e.value.code == "size_mismatch" and states[0].step == 1
+    with pytest.raises(gradcomp.Error) as e:
+        c.accumulate_many(gathered[:-1], block, sums, offsets)
+    assert e.value.code == "size_mismatch"
+    bad = gathered.clone()
+    bad[offsets[1] + 100] ^= 1
+    before = [s.clone() for s in sums]
+    with pytest.raises(gradcomp.Error) as e:
+        c.accumulate_many(bad, block, sums[1:2], offsets[1:2], got[1:2])
+    assert e.value.code == "checksum_mismatch" and torch.equal(sums[1], before[1])
