@@ -123,7 +123,9 @@ class HookState:
     one shard of ``ceil(n / W)`` elements). ``path="auto"`` takes the sharded path where it is
     strictly smaller: never at W <= 2 (two slot heads for one payload), almost always from
     W = 3 on. The paths are chosen once, when the process group exists (at construction, or
-    at the first hook or checkpoint call), and stay fixed; :attr:`paths` lists them.
+    at the first hook or checkpoint call), and stay fixed; :attr:`paths` lists them. A model on a
+    CUDA device keeps its states in that device's memory and sends every compressed parameter
+    on the gather path (the sharded path takes CPU tensors only).
 
     Args:
         model (torch.nn.Module): the model whose gradients the hook reduces (the DDP module or

@@ -1,6 +1,6 @@
 // gradcomp._core: compressors by name on any DLPack / buffer-protocol array (torch tensors,
-// NumPy arrays) without copies. Arrays must be C-contiguous and on the CPU; gradients are
-// float32 or bfloat16, payloads are 1-byte arrays. gradcomp failures raise gradcomp.Error
+// NumPy arrays) without copies. Arrays must be C-contiguous, on the CPU or (a CUDA build, the
+// codecs of device.hpp) a CUDA device; gradients are float32 or bfloat16, payloads are 1-byte arrays. gradcomp failures raise gradcomp.Error
 // (with .code, e.g. "checksum_mismatch"); wrong arguments raise TypeError / ValueError.
 
 #include <nanobind/nanobind.h>
@@ -118,6 +118,26 @@ void check_device_state(const state_box& st, int device, const codec_box& c, std
   if (st.st.size != n) raise(gc::errc::size_mismatch, "gradient size differs from the state's");
 }
 
+// decompress / accumulate: on the CPU at once, on a CUDA device queued on its current stream.
+void decode_into(codec_box& c, const in_array& payload, const out_array& out, bool add, const char* call) {
+  const int device = call_device(call, payload, out);
+  if (device >= 0) {
+    check_contiguous(out, "out");
+    const gc::dtype t = grad_dtype(out, "out");
+    const std::byte* p = device_bytes(payload, "payload", 8);
+    device_codec& k = c.device();
+    const device_stream s = current_stream(device);
+    nb::gil_scoped_release unlocked;
+    k.decode(*c.ctx, p, payload.size(), const_cast<void*>(out.data()), out.size(), t, add, s);
+    return;
+  }
+  check_cpu_contiguous(out, "out");
+  const gc::dtype t = grad_dtype(out, "out");
+  const auto p = byte_view(payload, "payload");
+  nb::gil_scoped_release unlocked;
+  c.impl->decode(p, const_cast<void*>(out.data()), out.size(), t, add);
+}
+
 }  // namespace
 
 namespace gradcomp_py {
@@ -158,10 +178,11 @@ nb::dict to_dict(const options& o) {
 
 NB_MODULE(_core, m) {
   m.doc() =
-      "gradcomp's codecs on CPU arrays (bindings of the header-only C++ library).\n\n"
+      "gradcomp's codecs on CPU and CUDA arrays (bindings of the header-only C++ library).\n\n"
       "Arrays are torch tensors or any other DLPack / buffer-protocol array (NumPy), used in place, never "
-      "copied; they must be C-contiguous and on the CPU. gradcomp failures raise gradcomp.Error; arguments of "
-      "the wrong type raise TypeError, wrong layouts ValueError.";
+      "copied; they must be C-contiguous, on the CPU or, where build_info()['cuda'] says so, a CUDA device. "
+      "gradcomp failures raise gradcomp.Error; arguments of the wrong type raise TypeError, wrong layouts "
+      "ValueError.";
 
   static nb::object error_type = nb::steal(PyErr_NewExceptionWithDoc(
       "gradcomp.Error",
@@ -388,57 +409,28 @@ NB_MODULE(_core, m) {
          "    int: the bytes written (the frames are ``out[:n]``).\n\n"
          "Raises:\n"
          "    TypeError: ``grad`` is not float32 / bfloat16, or ``out`` is not a byte array.\n"
-         "    ValueError: an array is not contiguous or not on the CPU.\n"
+         "    ValueError: an array is not contiguous, the arrays are on two devices, or the state was made for\n"
+         "        another device.\n"
          "    gradcomp.Error: ``out`` too small (``buffer_too_small``), a state of another size, non-finite\n"
          "        values (unless ``allow_non_finite``).")
-      .def("decompress", [](codec_box& c, in_array payload, out_array out) {
-        const int device = call_device("decompress", payload, out);
-        if (device >= 0) {
-          check_contiguous(out, "out");
-          const gc::dtype t = grad_dtype(out, "out");
-          const std::byte* p = device_bytes(payload, "payload", 8);
-          device_codec& k = c.device();
-          const device_stream s = current_stream(device);
-          nb::gil_scoped_release unlocked;
-          k.decode(*c.ctx, p, payload.size(), const_cast<void*>(out.data()), out.size(), t, false, s);
-          return;
-        }
-        check_cpu_contiguous(out, "out");
-        const gc::dtype t = grad_dtype(out, "out");
-        const auto p = byte_view(payload, "payload");
-        nb::gil_scoped_release unlocked;
-        c.impl->decode(p, const_cast<void*>(out.data()), out.size(), t, false);
-      }, nb::arg("payload").noconvert(), nb::arg("out").noconvert(),
+      .def("decompress", [](codec_box& c, in_array payload, out_array out) { decode_into(c, payload, out, false, "decompress"); },
+         nb::arg("payload").noconvert(), nb::arg("out").noconvert(),
          nb::sig("def decompress(self, payload: torch.Tensor, out: torch.Tensor) -> None"),
          "Decodes frames into ``out``: each frame's chunk is overwritten (its unsent elements become 0);\n"
-         "elements outside every frame's chunk keep their values.\n\n"
+         "elements outside every frame's chunk keep their values. On a CUDA device the call is queued on\n"
+         "the device's current stream, and a frame failing validation is raised by a later :meth:`check`.\n\n"
          "Args:\n"
          "    payload (torch.Tensor): uint8 frames, as :meth:`compress` wrote them.\n"
          "    out (torch.Tensor): float32 or bfloat16, the compressed buffer's size.\n\n"
          "Raises:\n"
          "    gradcomp.Error: a frame failed validation (``checksum_mismatch``, ``codec_mismatch``,\n"
          "        ``truncated``, ...); ``out`` is untouched then.")
-      .def("accumulate", [](codec_box& c, in_array payload, out_array out) {
-        const int device = call_device("accumulate", payload, out);
-        if (device >= 0) {
-          check_contiguous(out, "out");
-          const gc::dtype t = grad_dtype(out, "out");
-          const std::byte* p = device_bytes(payload, "payload", 8);
-          device_codec& k = c.device();
-          const device_stream s = current_stream(device);
-          nb::gil_scoped_release unlocked;
-          k.decode(*c.ctx, p, payload.size(), const_cast<void*>(out.data()), out.size(), t, true, s);
-          return;
-        }
-        check_cpu_contiguous(out, "out");
-        const gc::dtype t = grad_dtype(out, "out");
-        const auto p = byte_view(payload, "payload");
-        nb::gil_scoped_release unlocked;
-        c.impl->decode(p, const_cast<void*>(out.data()), out.size(), t, true);
-      }, nb::arg("payload").noconvert(), nb::arg("out").noconvert(),
+      .def("accumulate", [](codec_box& c, in_array payload, out_array out) { decode_into(c, payload, out, true, "accumulate"); },
+         nb::arg("payload").noconvert(), nb::arg("out").noconvert(),
          nb::sig("def accumulate(self, payload: torch.Tensor, out: torch.Tensor) -> None"),
          "Adds the decoded frames to ``out`` (``out += decode(payload)``).\n\n"
-         "Every frame is validated before anything is added.\n\n"
+         "Every frame is validated before anything is added. On a CUDA device the call is queued on the\n"
+         "device's current stream, and a frame failing validation is raised by a later :meth:`check`.\n\n"
          "Args:\n"
          "    payload (torch.Tensor): uint8 frames, as :meth:`compress` wrote them.\n"
          "    out (torch.Tensor): float32 or bfloat16, the compressed buffer's size.\n\n"
