@@ -58,6 +58,8 @@ class codec {
   virtual gc::state make_state(std::size_t n) const = 0;
   virtual std::size_t compress(const void* grad, std::size_t n, gc::dtype t, gc::state& st, std::span<std::byte> out) const = 0;
   virtual void decode(std::span<const std::byte> payload, void* out, std::size_t n, gc::dtype t, bool add) const = 0;
+  // decode's checks of a payload for a buffer of n elements, nothing written.
+  virtual void check_payload(std::span<const std::byte> payload, std::size_t n) const = 0;
   // Summable casts only: codes = encode(src * scale), and dst (+)= decode(codes).
   virtual void encode_cast(const float* src, void* codes, std::size_t n, float scale) const = 0;
   virtual void decode_cast(const void* codes, float* dst, std::size_t n, bool add) const = 0;
@@ -183,6 +185,8 @@ class codec_impl final : public codec {
       check(add ? comp_.template accumulate<gc::bf16_t>(payload, o) : comp_.template decompress<gc::bf16_t>(payload, o));
     }
   }
+
+  void check_payload(std::span<const std::byte> payload, std::size_t n) const override { check(comp_.check(payload, n)); }
 
   void encode_cast(const float* src, void* codes, std::size_t n, float scale) const override {
     if constexpr (cast) {

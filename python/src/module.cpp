@@ -604,16 +604,25 @@ NB_MODULE(_core, m) {
         device_codec* k = device >= 0 ? &c.device() : nullptr;
         const device_stream s = device >= 0 ? current_stream(device) : device_stream{};
         nb::gil_scoped_release unlocked;
+        const auto payload = [&](std::size_t j, std::size_t r) -> std::span<const std::byte> {
+          const std::byte* row = base + r * block;
+          const std::size_t size = sizes ? items[j].size : gc::load_le<std::uint32_t>(row + 4 * j);
+          if (items[j].at > block || size > block - items[j].at)
+            raise(gc::errc::size_mismatch, "accumulate_many: a payload reaches past its rank's block");
+          return {row + items[j].at, size};
+        };
+        // On the CPU every payload is checked before anything is added (on a device, each payload
+        // before it is added: the device's checks run in stream order).
+        if (!k)
+          for (std::size_t j = 0; j < items.size(); ++j)
+            for (std::size_t r = 0; r < ranks; ++r) c.impl->check_payload(payload(j, r), items[j].n);
         // Every rank's frames of output j, in rank order: every replica adds the same way.
         for (std::size_t j = 0; j < items.size(); ++j) {
           const item& i = items[j];
           for (std::size_t r = 0; r < ranks; ++r) {
-            const std::byte* row = base + r * block;
-            const std::size_t size = sizes ? i.size : gc::load_le<std::uint32_t>(row + 4 * j);
-            if (i.at > block || size > block - i.at)
-              raise(gc::errc::size_mismatch, "accumulate_many: a payload reaches past its rank's block");
-            if (k) k->decode(*c.ctx, row + i.at, size, i.out, i.n, i.t, true, s);
-            else c.impl->decode({row + i.at, size}, i.out, i.n, i.t, true);
+            const auto p = payload(j, r);
+            if (k) k->decode(*c.ctx, p.data(), p.size(), i.out, i.n, i.t, true, s);
+            else c.impl->decode(p, i.out, i.n, i.t, true);
           }
         }
       }, nb::arg("gathered").noconvert(), nb::arg("block"), nb::arg("outs"), nb::arg("offsets"), nb::arg("sizes") = nb::none(),
@@ -621,10 +630,12 @@ NB_MODULE(_core, m) {
          "Adds every rank's payloads of an all-gather to several outputs in one call: the gather path's sum.\n\n"
          "``gathered`` holds one block of ``block`` bytes per rank; output j gets, in rank order, the\n"
          "payload at ``offsets[j]`` of each block, ``sizes[j]`` bytes long (or as long as the int32 at byte\n"
-         "``4 * j`` of that block says, CPU only). Each payload is validated before it is added.\n\n"
+         "``4 * j`` of that block says, CPU only). On the CPU every payload is validated before anything is\n"
+         "added; on a CUDA device each payload is validated before it is added, and a failure is raised by a\n"
+         "later :meth:`check`.\n\n"
          "Raises:\n"
-         "    gradcomp.Error: a payload failed validation (that payload added nothing), or the layout does not\n"
-         "        fit (``size_mismatch``).")
+         "    gradcomp.Error: a payload failed validation (on the CPU the outputs are then untouched), or the\n"
+         "        layout does not fit (``size_mismatch``).")
       .def("check", [](codec_box& c) { c.ctx->check(); },
          "Raises the first error a CUDA call of this compressor reported since the last check.\n\n"
          "CUDA calls never wait for the device, so what they find in the data (a frame failing validation,\n"

@@ -158,6 +158,20 @@ def _slots(b, slot: int):
     return range(0, len(b) - slot + 1, slot)
 
 
+def _blocks(b, block: int):
+    """accumulate_many's layout: (start, [(begin, end) of payload 0, of payload 1]) per block of
+    `block` bytes = 8 bytes of two int32 sizes, then one region of (block - 8) / 2 per payload."""
+    out = []
+    half = (block - 8) // 2
+    for s in _slots(b, block):
+        regions = []
+        for j in range(2):
+            at = s + 8 + j * half
+            regions.append((at, min(at + _u(b, s + 4 * j, 4), at + half)))
+        out.append((s, regions))
+    return out
+
+
 def _reseal_trailing(b: bytearray) -> None:
     if len(b) >= 8:
         struct.pack_into("<I", b, len(b) - 4, _crc(b[:-4]))
@@ -200,6 +214,10 @@ def reseal(kind: str, b: bytearray, slot: int = 0) -> None:
         else:
             for s in _slots(b, slot):
                 _reseal_frames(b, s, s + slot)
+    elif kind == "blocks":  # accumulate_many: per rank, two int32 sizes, then two payloads
+        for s, regions in _blocks(b, slot):
+            for at, end in regions:
+                _reseal_frames(b, at, end)
     elif kind in ("gcst", "gctc"):
         _reseal_trailing(b)
     elif kind == "gcsh":
@@ -225,6 +243,9 @@ def fields(kind: str, b, slot: int = 0) -> List[Tuple[int, int]]:
         if slot == 0:
             return _frame_fields(b, 0, len(b))
         return [f for s in _slots(b, slot) for f in _frame_fields(b, s, s + slot)]
+    if kind == "blocks":
+        return [f for s, regions in _blocks(b, slot) for f in [(s, 4), (s + 4, 4)] +
+                [g for at, end in regions for g in _frame_fields(b, at, end)]]
     if kind == "gcst":
         return list(GCST_FIELDS)
     if kind == "gctc":
@@ -623,6 +644,58 @@ class CompressorDecode(OutputMixin, Target):
 
     def reset(self, p):
         self.out_reset(p)
+
+
+class CompressorMany(Target):
+    """Compressor(codec).accumulate_many: three ranks' blocks, two outputs, the sizes in each
+    block's head (all or nothing on the CPU)."""
+
+    kind = "blocks"
+
+    def __init__(self, codec: str, opts: dict) -> None:
+        self.codec_name, self.opts = codec, opts
+        self.name = f"Compressor({_label(codec, opts)}).accumulate_many"
+        super().__init__()
+
+    def build(self) -> None:
+        f = _compressor_fixture(self.codec_name, self.opts)
+        self.c = f.codec
+        self.half = _align8(f.slot)
+        self.block = 8 + 2 * self.half
+
+        def block(p0, p1):
+            b = struct.pack("<II", len(p0), len(p1)) + p0 + bytes(self.half - len(p0)) + p1 + bytes(self.half - len(p1))
+            return b
+
+        a, b, c16 = f.payloads
+        self.good = [block(a, b) + block(b, a) + block(a, c16), block(c16, a) + block(b, b) + block(a, b)]
+        self.refs = [_grad(200, N), _grad(201, N)]
+        self.outs = [r.clone() for r in self.refs]
+
+    def params(self, rng):
+        block = self.block
+        if rng.randrange(16) == 0:  # another block size
+            block = rng.choice((block + 8, block - 8, 8, 16, 3 * block, 1 << 63, (1 << 64) - 1))
+        return {"block": block}
+
+    def valid(self, p):
+        return self.good
+
+    def slot(self, p):
+        return self.block
+
+    def call(self, blobs, p):
+        self.c.accumulate_many(self.arg(blobs[0]), p["block"], self.outs, [8, 8 + self.half])
+
+    def untouched(self, p):
+        for out, ref in zip(self.outs, self.refs):
+            if not torch.equal(_bits(out), _bits(ref)):
+                return "an output was written"
+        return None
+
+    def reset(self, p):
+        for out, ref in zip(self.outs, self.refs):
+            out.copy_(ref)
 
 
 class StateRestore(Target):
@@ -1263,6 +1336,8 @@ def all_targets() -> List[Target]:
     for codec, opts in CODECS:
         for method in ("decompress", "accumulate", "accumulate_gathered"):
             out.append(CompressorDecode(codec, opts, method))
+    for codec, opts in CODECS:
+        out.append(CompressorMany(codec, opts))
     for codec, opts in CODECS:
         out.append(StateRestore(codec, opts))
     topk = {"density": 0.2}
