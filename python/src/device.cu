@@ -2,9 +2,9 @@
 // reports, the sticky error word, build information; and the dense casts' device codecs.
 
 #include <map>
-#include <utility>
 #include <mutex>
 #include <string>
+#include <utility>
 
 #include "device_impl.cuh"
 
