@@ -126,8 +126,9 @@ class device_codec_impl final : public device_codec {
   template <class T>
   void run_compress(device_context& ctx, const T* grad, std::size_t n, std::byte* state_mem, std::byte* out,
                     std::size_t out_bytes, device_stream s) const {
-    const device_context::slot slot = ctx.get(s, gcu::compress_workspace_bytes<T>(comp_, n));
-    const gcu::executor ex{stream(s), {slot.workspace, gcu::compress_workspace_bytes<T>(comp_, n)}};
+    const std::size_t ws = gcu::compress_workspace_bytes<T>(comp_, n);  // a loop over the chunk plan: once
+    const device_context::slot slot = ctx.get(s, ws);
+    const gcu::executor ex{stream(s), {slot.workspace, ws}};
     check(gcu::compress<T>(comp_, ex, std::span<const T>(grad, n), view(state_mem, n), std::span<std::byte>(out, out_bytes),
                            static_cast<gcu::report*>(slot.report)));
     ctx.latch(s);

@@ -271,3 +271,35 @@ def test_ddp_hook_trains_on_nccl(nccl_group, codec, options):
         for name, st in state.states.items():
             assert fresh.states[name].step == st.step
             assert torch.equal(fresh.states[name].residual, st.residual)
+
+
+@gpu
+@pytest.mark.parametrize("name", ["topk", "int8", "bf16"])
+def test_many_buffers_on_cuda_equal_the_cpu(name):
+    """compress_many / accumulate_many on CUDA tensors: the CPU's bytes, states and sums."""
+    cpu, dev = _pair(name, error_feedback=True)
+    sizes = [1000, 70_001, 3]
+    grads = [torch.randn(n, generator=torch.Generator().manual_seed(n)) for n in sizes]
+    caps = [cpu.max_payload_bytes(n) for n in sizes]
+    offsets = [16 + sum((c + 7) // 8 * 8 for c in caps[:j]) for j in range(len(sizes))]
+    block = (offsets[-1] + caps[-1] + 7) // 8 * 8
+    out_cpu = torch.zeros(block, dtype=torch.uint8)
+    out_dev = torch.zeros(block, dtype=torch.uint8, device="cuda")
+    s_cpu = [cpu.make_state(n) for n in sizes]
+    s_dev = [dev.make_state(n, device="cuda") for n in sizes]
+    got_cpu = cpu.compress_many(grads, s_cpu, out_cpu, offsets)
+    got_dev = dev.compress_many([g.cuda() for g in grads], s_dev, out_dev, offsets)
+    assert got_dev == got_cpu
+    for j in range(len(sizes)):
+        a = offsets[j]
+        assert torch.equal(out_dev[a:a + got_dev[j]].cpu(), out_cpu[a:a + got_cpu[j]])
+        if s_cpu[j].residual.shape[0]:
+            assert np.array_equal(_bits(s_dev[j].residual), np.asarray(s_cpu[j].residual).view(np.int32))
+    out_cpu[:12].view(torch.int32)[:] = torch.tensor(got_cpu, dtype=torch.int32)
+    sums_cpu = [torch.zeros(n) for n in sizes]
+    sums_dev = [torch.zeros(n, device="cuda") for n in sizes]
+    cpu.accumulate_many(out_cpu.repeat(3), block, sums_cpu, offsets)
+    dev.accumulate_many(out_dev.repeat(3), block, sums_dev, offsets, got_dev)
+    dev.check()
+    for a, b in zip(sums_dev, sums_cpu):
+        assert np.array_equal(_bits(a), _bits(b))
