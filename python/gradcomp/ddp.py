@@ -646,7 +646,9 @@ class TagcHookState(TagcStates):
 
     States are keyed by the parameter's name, so DDP's bucket rebuild changes nothing; the
     phases are batched per bucket. Parameters that are not compressed travel cast to the cell
-    type (bf16 by default), as TAGC-2 does.
+    type (bf16 by default), as TAGC-2 does. The states live where the parameters do (CPU or
+    a CUDA device). The bitmap packing follows the process group's backend unless ``bitmap``
+    is given: ``"or"`` (gloo's BOR), ``"sum_safe"`` on NCCL, which has no bitwise OR.
 
     Args:
         model (torch.nn.Module): the model whose gradients the hook reduces.
@@ -687,7 +689,7 @@ class TagcHookState(TagcStates):
                 continue
             self._names[p.data_ptr()] = _strip(name)
             if select(_strip(name), p):
-                self.states[_strip(name)] = self.codec.make_state(p.numel(), world, rank)
+                self.states[_strip(name)] = self.codec.make_state(p.numel(), world, rank, p.device if p.is_cuda else None)
         self._plans = {}  # bucket parameter names -> _TagcPlan
 
     _name = HookState._name
@@ -705,7 +707,7 @@ class _TagcPlan:
                 at += words
             else:
                 self.small.append(i)
-        self.bits = torch.empty(at, dtype=torch.int32)
+        self.bits = torch.empty(at, dtype=torch.int32, device=grads[0].device)
         self.small_count = sum(grads[i].numel() for i in self.small)
 
 
@@ -713,10 +715,16 @@ def tagc_hook(state: TagcHookState, bucket: dist.GradBucket) -> torch.futures.Fu
     """DDP communication hook that averages a bucket with TAGC-2.
 
     Per bucket: the gradient divided by the world size; one all-reduce of every compressed
-    parameter's bitmap words (int32, BOR; SUM with ``bitmap="sum_safe"``), waited for inside
-    the hook; then one SUM all-reduce of every compressed parameter's sketch cells followed by
-    the other parameters cast to the cell type. The future decodes each parameter's whole
-    buffer on every rank (the same bits everywhere).
+    parameter's bitmap words (int32, BOR; SUM with ``bitmap="sum_safe"``, the default on NCCL),
+    waited for inside the hook; then one SUM all-reduce of every compressed parameter's sketch
+    cells followed by the other parameters cast to the cell type. The future decodes each
+    parameter's whole buffer on every rank (the same bits everywhere).
+
+    On CUDA gradients the states live on the device and nothing waits for it: on NCCL the
+    wait for the bitmap is a stream dependency, and the sketch buffer has its padded size
+    (:meth:`gradcomp.PhaseCodec.make_state`). Errors the device finds in a reduced buffer are
+    raised by ``state.codec.check()``, every ``state.codec.check_interval`` steps, and by
+    :meth:`state_dict`.
 
     Args:
         state (TagcHookState): the TAGC codec and the per-parameter states.
@@ -747,7 +755,9 @@ def tagc_hook(state: TagcHookState, bucket: dist.GradBucket) -> torch.futures.Fu
         plan = state._plans[names] = _TagcPlan(state, names, grads)
     buf.div_(world)  # the codec sums averages; residuals are in the average's units
     # Phase 0, waited for: the sketch's size follows from the union, and issuing the second
-    # collective here (not from a callback) keeps the ranks' collectives in one order.
+    # collective here (not from a callback) keeps the ranks' collectives in one order. With
+    # CUDA states the wait is the stream's (NCCL), not the host's: describe(1) is the padded
+    # sketch's, known before the union.
     for i, name, at, words in plan.big:
         c.encode(0, grads[i], state.states[name], plan.bits[at:at + words])
     if plan.big:
@@ -759,7 +769,7 @@ def tagc_hook(state: TagcHookState, bucket: dist.GradBucket) -> torch.futures.Fu
         counts.append(c.describe(1, st)["count"])
     # Phase 1: every compressed parameter's sketch, then the others cast to the cell type.
     sketched = sum(counts)
-    cells = torch.empty(sketched + plan.small_count, dtype=state.cell_dtype)
+    cells = torch.empty(sketched + plan.small_count, dtype=state.cell_dtype, device=buf.device)
     at = 0
     for (i, name, _, _), n in zip(plan.big, counts):
         c.encode(1, grads[i], state.states[name], cells[at:at + n])

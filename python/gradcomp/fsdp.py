@@ -318,7 +318,7 @@ class ShardedTagc(TagcStates):
             self._restore(sd, name, st)
         self._pending = sd
 
-    def state_of(self, name: str, n: int, group: dist.ProcessGroup):
+    def state_of(self, name: str, n: int, group: dist.ProcessGroup, device: Optional[torch.device] = None):
         """The state of the module called ``name``, made (and restored from a loaded
         checkpoint) at its first call.
 
@@ -326,6 +326,8 @@ class ShardedTagc(TagcStates):
             name (str): the module's name.
             n (int): the flat buffer's element count.
             group (ProcessGroup): the reduce-scatter's group (its size and this rank).
+            device (torch.device, optional): where the gradients are (a CUDA device: a device
+                state; default: the CPU).
 
         Returns:
             gradcomp.PhaseState: the module's state.
@@ -335,7 +337,8 @@ class ShardedTagc(TagcStates):
         """
         st = self.states.get(name)
         if st is None:
-            st = self.states[name] = self.codec.make_state(n, group.size(), group.rank())
+            cuda = device is not None and torch.device(device).type == "cuda"
+            st = self.states[name] = self.codec.make_state(n, group.size(), group.rank(), device if cuda else None)
             if self._pending is not None and name in self._pending["states"]:
                 self._restore(self._pending, name, st)
         elif st.size != n:
@@ -393,18 +396,18 @@ class TagcReduceScatter:
         x = input_tensor.view(-1).float()  # FSDP's scratch buffer (a copy if not float32)
         if scale != 1.0:
             x.mul_(scale)  # the codec sums averages; residuals are in the average's units
-        st = o.state_of(self.name, x.numel(), group)
-        bits = torch.empty(c.describe(0, st)["count"], dtype=torch.int32)
+        st = o.state_of(self.name, x.numel(), group, x.device)
+        bits = torch.empty(c.describe(0, st)["count"], dtype=torch.int32, device=x.device)
         c.encode(0, x, st, bits)
         dist.all_reduce(bits, op=o.bitmap_op, group=group)
         c.receive(0, st, bits)
         p1 = c.describe(1, st)
-        cells = torch.empty(p1["count"], dtype=o.cell_dtype)
+        cells = torch.empty(p1["count"], dtype=o.cell_dtype, device=x.device)
         c.encode(1, x, st, cells)
-        mine = torch.empty(p1["shard_count"], dtype=o.cell_dtype)
+        mine = torch.empty(p1["shard_count"], dtype=o.cell_dtype, device=x.device)
         dist.reduce_scatter_tensor(mine, cells, group=group)
         out = output_tensor.view(-1)
-        dec = out if out.dtype == torch.float32 else torch.empty(out.numel())
+        dec = out if out.dtype == torch.float32 else torch.empty(out.numel(), device=out.device)
         c.receive(1, st, mine, dec)
         c.finish_step(st)
         o.count(st)

@@ -2,8 +2,9 @@
 sharded-training reduce-scatter (:func:`gradcomp.fsdp.attach`) share.
 
 TAGC runs two phases per step (docs/tagc.md): the kept-position bitmap, reduced with a bitwise
-OR (``dist.ReduceOp.BOR`` on int32 words, which gloo supports; NCCL has no OR, so there the
-``bitmap="sum_safe"`` packing, reduced with SUM), then the count sketch's cells, reduced with
+OR (``dist.ReduceOp.BOR`` on int32 words, which gloo supports; NCCL has no OR, so on a group
+whose backend includes NCCL the ``bitmap="sum_safe"`` packing, reduced with SUM, is the
+default), then the count sketch's cells, reduced with
 SUM (all-reduce or reduce-scatter; bfloat16 or float32 cells). The second phase's
 size depends on the union that the first returns, so the first is waited for before the second
 is issued; both are issued in the caller's thread, in the same order on every rank.
@@ -29,7 +30,30 @@ _FORMAT = 1
 _CELLS = {"bf16": torch.bfloat16, "fp32": torch.float32}
 
 
-__all__ = ["TagcStates", "bitmap_op", "cell_dtype"]
+__all__ = ["TagcStates", "bitmap_for_backend", "bitmap_op", "cell_dtype"]
+
+
+def bitmap_for_backend(backend: str, config: dict) -> dict:
+    """TAGC options with the bitmap packing the backend can reduce.
+
+    Args:
+        backend (str): the process group's backend (``dist.get_backend(group)``: ``"gloo"``,
+            ``"nccl"``, ``"cpu:gloo,cuda:nccl"``, ...).
+        config (dict): :func:`gradcomp.Tagc`'s options as given.
+
+    Returns:
+        dict: ``config`` with ``bitmap="sum_safe"`` when the backend includes NCCL (it has no
+        bitwise OR) and none was given; otherwise ``config`` unchanged (the codec's default,
+        ``"or"``, suits gloo and MPI).
+
+    Raises:
+        ValueError: ``bitmap="or"`` given for a backend with NCCL.
+    """
+    if "nccl" not in str(backend).lower():
+        return dict(config)
+    if config.get("bitmap", "sum_safe") != "sum_safe":
+        raise ValueError("gradcomp TAGC: NCCL has no bitwise OR; use bitmap='sum_safe' (the default on NCCL)")
+    return {**config, "bitmap": "sum_safe"}
 
 
 def bitmap_op(codec: PhaseCodec) -> dist.ReduceOp:
@@ -75,7 +99,7 @@ class TagcStates:
         bitmap_op (torch.distributed.ReduceOp): phase 0's reduction (:func:`bitmap_op`).
         cell_dtype (torch.dtype): phase 1's cell type (:func:`cell_dtype`).
         bytes_sent (int): bytes of the buffers this rank handed to the collectives, all steps.
-        items (int): union items this rank decoded, all steps.
+        items (int): union items this rank decoded, all steps (CPU states: :meth:`count`).
         peeled (int): of which peeled.
         calls (int): hook or reduce-scatter calls, all steps.
     """
@@ -83,7 +107,8 @@ class TagcStates:
     def __init__(self, preset: str = "default", process_group: Optional[dist.ProcessGroup] = None, **config) -> None:
         self.preset = preset
         self.options = dict(config)
-        self.codec = Tagc(preset, **config)
+        backend = dist.get_backend(process_group) if dist.is_initialized() else ""
+        self.codec = Tagc(preset, **bitmap_for_backend(backend, config))
         self.process_group = process_group
         self.states = {}  # name -> PhaseState
         self.bitmap_op = bitmap_op(self.codec)
@@ -113,8 +138,11 @@ class TagcStates:
         return self.peeled / self.items if self.items else 1.0
 
     def count(self, state: PhaseState) -> None:
-        """Adds a state's last decode statistics (``state.stats``) to :attr:`items` and
-        :attr:`peeled`."""
+        """Adds a CPU state's last decode statistics (``state.stats``) to :attr:`items` and
+        :attr:`peeled`. A CUDA state's are not counted, since reading them waits for the device
+        (read ``state.stats`` when needed)."""
+        if state.device != "cpu":
+            return
         items, peeled, _ = state.stats
         self.items += items
         self.peeled += peeled
@@ -130,6 +158,7 @@ class TagcStates:
             ``[world_size, checkpoint bytes]``: residual, per-shard thresholds, step, sampling
             key; CRC32C-checked by the library).
         """
+        self.codec.check()
         out = gather_blobs({n: self.codec.checkpoint(st) for n, st in self.states.items()}, self.process_group)
         return {"format": _FORMAT, "codec": "tagc", "identity": self.codec.identity, "world_size": self.world(), "states": out}
 

@@ -84,6 +84,48 @@ std::span<float> float_span(const A& a, const char* what) {
   return {static_cast<float*>(const_cast<void*>(a.data())), a.size()};
 }
 
+// The CUDA device of a torch.device, a device string ("cuda:1") or an index; -1 for the CPU.
+inline int parse_device(nb::handle d) {
+  nb::object torch = nb::module_::import_("torch");
+  nb::object dev = torch.attr("device")(d);
+  const std::string type = nb::cast<std::string>(dev.attr("type"));
+  if (type == "cpu") return -1;
+  if (type != "cuda") throw nb::value_error(("device: 'cpu' or 'cuda' expected, not '" + type + "'").c_str());
+  if (!nb::cast<bool>(torch.attr("cuda").attr("is_available")()))
+    raise(gc::errc::device_error, "no CUDA device is available to torch");
+  nb::object index = dev.attr("index");
+  return index.is_none() ? nb::cast<int>(torch.attr("cuda").attr("current_device")()) : nb::cast<int>(index);
+}
+
+// Where a call on arrays of CUDA device `device` runs: torch's current stream of that device.
+inline device_stream current_stream(int device) {
+  nb::object cuda = nb::module_::import_("torch").attr("cuda");
+  const auto handle = nb::cast<std::uintptr_t>(cuda.attr("current_stream")(device).attr("cuda_stream"));
+  return {device, reinterpret_cast<void*>(handle)};
+}
+
+// The one device of a call's arrays: -1 when all are on the CPU, the CUDA device when all are
+// on it; anything else is a ValueError that names both.
+template <class... A>
+int call_device(const char* call, const A&... arrays) {
+  int device = -2;
+  std::string first;
+  auto one = [&](const auto& a) {
+    const int d = on_cuda(a) ? a.device_id() : a.device_type() == nb::device::cpu::value ? -1 : -3;
+    if (d == -3) throw nb::value_error((std::string(call) + ": arrays must be on the CPU or a CUDA device").c_str());
+    if (device == -2) device = d;
+    else if (d != device)
+      throw nb::value_error((std::string(call) + ": all arrays of one call must be on one device (found " +
+                             (device < 0 ? std::string("cpu") : "cuda:" + std::to_string(device)) + " and " +
+                             (d < 0 ? std::string("cpu") : "cuda:" + std::to_string(d)) + ")")
+                                .c_str());
+  };
+  (one(arrays), ...);
+  return device;
+}
+
+inline std::string device_name(int device) { return device < 0 ? "cpu" : "cuda:" + std::to_string(device); }
+
 // A NumPy view of a state array (torch.from_numpy wraps it without a copy either).
 inline nb::ndarray<nb::numpy, float, nb::ndim<1>> float_view(std::vector<float>& v) {
   return nb::ndarray<nb::numpy, float, nb::ndim<1>>(v.data(), {v.size()}, nb::handle());

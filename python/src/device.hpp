@@ -78,6 +78,38 @@ class device_codec {
   virtual void decode_cast(const void* codes, float* dst, std::size_t n, bool add, device_stream s) const = 0;
 };
 
+// One rank's TAGC state on a CUDA device (gradcomp::cuda::tagc in the padded sketch layout, so
+// that the sketch phase's size is known without waiting for the device), with its own workspace
+// (a step carries the cell index from receive(0) to receive(1)) and a sticky error word that the
+// receives latch the step's report into.
+class device_tagc {
+ public:
+  struct report {
+    std::uint32_t rows = 0;                      // r of the last step
+    std::uint32_t items = 0, peeled = 0, rounds = 0;  // the last receive(1)'s peel
+    std::uint64_t step = 0;
+  };
+  virtual ~device_tagc() = default;
+  virtual int device() const = 0;
+  virtual std::size_t memory_bytes() const = 0;  // state, workspace and error word
+  virtual gc::summable::phase describe(std::size_t k) const = 0;
+  virtual std::size_t max_phase_bytes() const = 0;
+  virtual float* residual() const = 0;
+  virtual float* thresholds() const = 0;
+  // Queued on s; argument errors raise at once, data errors land in the error word.
+  virtual void encode(std::size_t k, const float* grad, std::size_t n, std::byte* out, std::size_t bytes, device_stream s) = 0;
+  virtual void receive(std::size_t k, const std::byte* in, std::size_t bytes, float* out, std::size_t n, device_stream s) = 0;
+  virtual void finish_step(device_stream s) = 0;
+  // Synchronous: the last step's report; the error word (then cleared); the state to and from a
+  // host state of the same size, world and rank.
+  virtual report read(device_stream s) const = 0;
+  virtual std::uint32_t take_error(device_stream s) = 0;
+  virtual void download(gc::tagc::state& host, device_stream s) const = 0;
+  virtual void upload(const gc::tagc::state& host, device_stream s) = 0;
+};
+std::unique_ptr<device_tagc> make_device_tagc(const gc::tagc::config& c, std::size_t n, std::uint32_t world,
+                                              std::uint32_t rank, device_stream s);
+
 // What the extension was built with (gradcomp.build_info()).
 struct cuda_build {
   bool cuda = false;

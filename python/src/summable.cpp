@@ -12,6 +12,8 @@
 #include <nanobind/stl/vector.h>
 
 #include <memory>
+#include <mutex>
+#include <optional>
 #include <string>
 #include <tuple>
 #include <variant>
@@ -30,14 +32,46 @@ using any_codec = std::variant<gc::tagc::codec, cast_f32, cast_bf16, cast_f16>;
 using any_state = std::variant<gc::tagc::state, gc::summable::rank_state>;
 
 struct phase_state {
-  any_state st;
+  any_state st;       // a CPU state; for a device state, a tagc::state of its size, world and rank only
   std::string owner;  // the codec (and config) that made it
+  int device = -1;    // a TAGC state on this CUDA device (dev), or -1
+  std::shared_ptr<device_tagc> dev{};
+};
+
+// The device states a codec made, for PhaseCodec.check(): each latches its steps' errors into its
+// own error word; check() reads and clears every word.
+struct device_checks {
+  std::mutex lock;
+  std::vector<std::weak_ptr<device_tagc>> states;
+  std::uint64_t steps = 0;      // finish_step calls of device states
+  std::uint64_t interval = 256;  // check() every `interval` of them (0: on demand only)
+
+  void add(const std::shared_ptr<device_tagc>& d) {
+    std::lock_guard hold(lock);
+    std::erase_if(states, [](const auto& w) { return w.expired(); });
+    states.push_back(d);
+  }
+  void check() {
+    std::vector<std::shared_ptr<device_tagc>> live;
+    {
+      std::lock_guard hold(lock);
+      for (const auto& w : states)
+        if (auto d = w.lock()) live.push_back(std::move(d));
+    }
+    std::uint32_t first = 0;
+    for (const auto& d : live) {
+      const std::uint32_t code = d->take_error(current_stream(d->device()));
+      if (first == 0) first = code;
+    }
+    if (first != 0) raise(static_cast<gc::errc>(first), "reported by the device for a TAGC step since the last check");
+  }
 };
 
 struct phase_codec {
   any_codec c;
   std::string identity;
   std::string label;  // repr: how it was made and its key configuration
+  std::shared_ptr<device_checks> checks = std::make_shared<device_checks>();
 };
 
 template <class S>
@@ -131,7 +165,29 @@ std::span<std::byte> phase_bytes(const A& a, const char* what, std::size_t elem)
   return b;
 }
 
+// The state's device must be the call's arrays' (-1: the CPU).
+void check_call_device(const phase_state& ps, int device, const char* call) {
+  if (ps.device != device)
+    throw nb::value_error((std::string(call) + ": the state is on " + device_name(ps.device) + ", the arrays are on " +
+                           device_name(device) + " (PhaseCodec.make_state(n, world, rank, device=...))")
+                              .c_str());
+}
+
+// A contiguous CUDA array's data, of element size `elem` (phase buffers) or float32 (elem 0).
+template <class A>
+std::byte* device_data(const A& a, const char* what, std::size_t elem) {
+  check_contiguous(a, what);
+  if (elem == 0 && a.dtype() != nb::dtype<float>()) throw nb::type_error((std::string(what) + ": float32 expected").c_str());
+  if (elem != 0 && a.itemsize() != elem)
+    throw nb::type_error((std::string(what) + ": element size differs from the phase's type (u32: int32, bf16: bfloat16, f32: float32)").c_str());
+  return static_cast<std::byte*>(const_cast<void*>(a.data()));
+}
+
 gc::summable::phase describe(const phase_codec& pc, std::size_t k, phase_state& ps) {
+  if (ps.dev) {
+    if (ps.owner != pc.identity) raise({gc::errc::codec_mismatch, "state made by another codec or configuration"});
+    return ps.dev->describe(k);
+  }
   return std::visit([&](const auto& c) -> gc::summable::phase {
     using C = std::remove_cvref_t<decltype(c)>;
     const auto p = c.describe(k, state_of<typename C::state_type>(pc, ps));
@@ -143,6 +199,15 @@ gc::summable::phase describe(const phase_codec& pc, std::size_t k, phase_state& 
 const gc::tagc::codec& tagc_of(const phase_codec& pc) {
   if (const auto* t = std::get_if<gc::tagc::codec>(&pc.c)) return *t;
   raise({gc::errc::invalid_argument, "only TAGC states have checkpoints (summable casts keep no state across steps)"});
+}
+
+// A device state's contents in a fresh host state (checkpoints), and back.
+gc::tagc::state host_copy(const gc::tagc::codec& c, const phase_state& ps, bool download) {
+  const auto& meta = std::get<gc::tagc::state>(ps.st);
+  gc::tagc::state h;
+  check(c.make_state(meta.size, meta.world, meta.rank, h));
+  if (download) ps.dev->download(h, current_stream(ps.device));
+  return h;
 }
 
 phase_codec make_tagc(const std::string& preset, const nb::kwargs& kw) {
@@ -179,31 +244,58 @@ void bind_summable(nb::module_& m) {
                    "The world size (ranks summing their buffers).")
       .def_prop_ro("rank", [](const phase_state& s) { return std::visit([](const auto& x) { return x.rank; }, s.st); },
                    "This rank (its shard of a shardable phase).")
-      .def_prop_ro("step", [](const phase_state& s) { return std::visit([](const auto& x) { return x.step; }, s.st); },
-                   "Steps finished (:meth:`PhaseCodec.finish_step` calls).")
-      .def_prop_ro("residual", [](phase_state& s) { return std::visit([](auto& x) { return float_view(x.residual); }, s.st); },
-                   nb::rv_policy::reference_internal,
-                   "The error-feedback residual, a float32 NumPy view of ``size`` elements (no copy; empty without "
-                   "feedback).")
-      .def_prop_ro("thresholds", [](phase_state& s) {
+      .def_prop_ro("device", [](const phase_state& s) { return device_name(s.device); },
+                   "Where the state lives: ``\"cpu\"`` or ``\"cuda:N\"`` (the device of the tensors it serves).")
+      .def_prop_ro("step", [](const phase_state& s) -> std::uint64_t {
+        if (s.dev) return s.dev->read(current_stream(s.device)).step;
+        return std::visit([](const auto& x) -> std::uint64_t { return x.step; }, s.st);
+      }, "Steps finished (:meth:`PhaseCodec.finish_step` calls; on a CUDA device, reading it waits for the device).")
+      .def_prop_ro("residual", [](phase_state& s) -> nb::object {
+        if (s.dev)
+          return nb::cast(nb::ndarray<nb::pytorch, float, nb::ndim<1>>(s.dev->residual(), {std::get<gc::tagc::state>(s.st).size},
+                                                                       nb::handle(), {}, nb::dtype<float>(),
+                                                                       nb::device::cuda::value, s.device),
+                        nb::rv_policy::reference);
+        return std::visit([](auto& x) { return nb::cast(float_view(x.residual), nb::rv_policy::reference); }, s.st);
+      }, nb::keep_alive<0, 1>(),
+         "The error-feedback residual, ``size`` float32 elements, no copy: a NumPy view of a CPU state (empty "
+         "without feedback), a CUDA tensor on the state's device for a device state.")
+      .def_prop_ro("thresholds", [](phase_state& s) -> nb::object {
         static std::vector<float> none;
+        if (s.dev)
+          return nb::cast(nb::ndarray<nb::pytorch, float, nb::ndim<1>>(s.dev->thresholds(), {std::get<gc::tagc::state>(s.st).world},
+                                                                       nb::handle(), {}, nb::dtype<float>(),
+                                                                       nb::device::cuda::value, s.device),
+                        nb::rv_policy::reference);
         auto* t = std::get_if<gc::tagc::state>(&s.st);
-        return float_view(t ? t->thresholds : none);
-      }, nb::rv_policy::reference_internal, "TAGC: each shard's last ``|x|`` selection threshold (a view); empty for casts.")
+        return nb::cast(float_view(t ? t->thresholds : none), nb::rv_policy::reference);
+      }, nb::keep_alive<0, 1>(),
+         "TAGC: each shard's last ``|x|`` selection threshold (a view, or a CUDA tensor for a device state); empty for "
+         "casts.")
       .def_prop_ro("rows", [](const phase_state& s) {
+        if (s.dev) return s.dev->read(current_stream(s.device)).rows;
         const auto* t = std::get_if<gc::tagc::state>(&s.st);
         return t ? t->rows : 0u;
-      }, "TAGC: sketch blocks per shard of this step (known after ``receive(0, ...)``); 0 for casts.")
+      }, "TAGC: sketch blocks per shard of this step (known after ``receive(0, ...)``; on a CUDA device, reading it "
+         "waits for the device); 0 for casts.")
       .def_prop_ro("stats", [](const phase_state& s) {
+        if (s.dev) {
+          const auto r = s.dev->read(current_stream(s.device));
+          return std::make_tuple(r.items, r.peeled, r.rounds);
+        }
         const auto* t = std::get_if<gc::tagc::state>(&s.st);
         return t ? std::make_tuple(t->stats.items, t->stats.peeled, t->stats.rounds) : std::make_tuple(0u, 0u, 0u);
       }, "TAGC: ``(items, peeled, rounds)`` of the last ``receive(1, ...)``: union items in this rank's part, how "
-         "many peeled, peeling rounds; zeros for casts.")
+         "many peeled, peeling rounds; zeros for casts. On a CUDA device, reading it waits for the device.")
+      .def_prop_ro("device_bytes", [](const phase_state& s) -> std::size_t { return s.dev ? s.dev->memory_bytes() : 0; },
+                   "Device memory the state holds (state, a step's workspace, its error word); 0 for a CPU state.")
       .def("__repr__", [](const phase_state& s) {
         return std::visit([&](const auto& x) {
           const auto kind = s.owner.substr(0, s.owner.find(':', s.owner.starts_with("cast:") ? 5 : 0));
           std::string r = "gradcomp.PhaseState(codec='" + kind + "', size=" + std::to_string(x.size) + ", world=" +
-                          std::to_string(x.world) + ", rank=" + std::to_string(x.rank) + ", step=" + std::to_string(x.step);
+                          std::to_string(x.world) + ", rank=" + std::to_string(x.rank);
+          if (s.dev) return r + ", device='" + device_name(s.device) + "')";
+          r += ", step=" + std::to_string(x.step);
           if (const auto* t = std::get_if<gc::tagc::state>(&s.st)) r += ", rows=" + std::to_string(t->rows);
           return r + ")";
         }, s.st);
@@ -234,7 +326,23 @@ void bind_summable(nb::module_& m) {
         if (const auto* t = std::get_if<gc::tagc::codec>(&pc.c)) return to_dict(tagc_options(t->get_config()));
         return nb::dict();
       }, "TAGC: every option with its effective value (as :func:`Tagc` takes them); empty for casts.")
-      .def("make_state", [](const phase_codec& pc, std::size_t n, std::uint32_t world, std::uint32_t rank) {
+      .def("make_state", [](const phase_codec& pc, std::size_t n, std::uint32_t world, std::uint32_t rank,
+                            nb::handle device) {
+        const int dev = device.is_none() ? -1 : parse_device(device);
+        if (dev >= 0) {
+          const auto* t = std::get_if<gc::tagc::codec>(&pc.c);
+          if (!t) raise(gc::errc::invalid_argument, "summable casts keep CPU states only; on CUDA tensors use "
+                                                    "Compressor.encode_cast / decode_cast");
+          if (!cuda_build_info().cuda) raise(gc::errc::device_error, "this build of gradcomp has no CUDA support");
+          cuda_check_device(dev);
+          gc::tagc::state meta;  // size, world and rank: the device state holds the rest
+          meta.size = n;
+          meta.world = world;
+          meta.rank = rank;
+          std::shared_ptr<device_tagc> d = make_device_tagc(t->get_config(), n, world, rank, current_stream(dev));
+          pc.checks->add(d);
+          return phase_state{std::move(meta), pc.identity, dev, std::move(d)};
+        }
         return std::visit([&](const auto& c) {
           using C = std::remove_cvref_t<decltype(c)>;
           if constexpr (std::is_same_v<C, gc::tagc::codec>) {
@@ -246,16 +354,23 @@ void bind_summable(nb::module_& m) {
             return phase_state{c.make_state(n, world, rank), pc.identity};
           }
         }, pc.c);
-      }, nb::arg("n"), nb::arg("world"), nb::arg("rank"),
+      }, nb::arg("n"), nb::arg("world"), nb::arg("rank"), nb::arg("device").none() = nb::none(),
+         nb::sig("def make_state(self, n: int, world: int, rank: int, device: torch.device | str | int | None = None) -> PhaseState"),
          "A fresh state of one rank.\n\n"
          "Args:\n"
          "    n (int): buffer elements (the same on every rank).\n"
          "    world (int): ranks that reduce their buffers.\n"
-         "    rank (int): this rank, ``0 <= rank < world``.\n\n"
+         "    rank (int): this rank, ``0 <= rank < world``.\n"
+         "    device (torch.device | str | int, optional): ``None`` or ``\"cpu\"`` for a CPU state; a CUDA device\n"
+         "        for a TAGC state in that device's memory, which then takes CUDA tensors only. Its calls run on\n"
+         "        ``torch.cuda.current_stream(device)`` without waiting for the device; the sketch phase is\n"
+         "        padded to its largest size (``describe(1)`` is known before the union), and each shard's\n"
+         "        first ``rows * block`` cells are the CPU's bytes.\n\n"
          "Returns:\n"
          "    PhaseState: step 0, zero residual.\n\n"
          "Raises:\n"
-         "    gradcomp.Error: ``world == 0`` or ``rank >= world``.")
+         "    gradcomp.Error: ``world == 0`` or ``rank >= world``; a device for a summable cast\n"
+         "        (``invalid_argument``) or without CUDA (``device_error``).")
       .def("describe", [](const phase_codec& pc, std::size_t k, phase_state& ps) { return describe_dict(describe(pc, k, ps)); },
            nb::arg("k"), nb::arg("state"),
            "Phase ``k`` of this step.\n\n"
@@ -271,10 +386,25 @@ void bind_summable(nb::module_& m) {
            "    gradcomp.Error: a phase whose size is not known yet (TAGC's sketch before ``receive(0)``:\n"
            "        ``invalid_argument``), or a state of another codec (``codec_mismatch``).")
       .def("max_phase_bytes", [](const phase_codec& pc, phase_state& ps) {
+        if (ps.dev) {
+          describe(pc, 0, ps);  // the owner check
+          return ps.dev->max_phase_bytes();
+        }
         if (const auto* t = std::get_if<gc::tagc::codec>(&pc.c)) return t->max_phase_bytes(state_of<gc::tagc::state>(pc, ps));
         return describe(pc, 0, ps).bytes();
       }, nb::arg("state"), "The largest phase buffer of any step, in bytes (for buffers allocated once).")
       .def("encode", [](const phase_codec& pc, std::size_t k, in_array grad, phase_state& ps, out_array out) {
+        const int device = call_device("encode", grad, out);
+        check_call_device(ps, device, "encode");
+        if (ps.dev) {
+          const gc::summable::phase p = describe(pc, k, ps);
+          const auto* g = reinterpret_cast<const float*>(device_data(grad, "grad", 0));
+          std::byte* o = device_data(out, "out", p.element_bytes());
+          const device_stream s = current_stream(device);
+          nb::gil_scoped_release unlocked;
+          ps.dev->encode(k, g, grad.size(), o, out.size() * out.itemsize(), s);
+          return;
+        }
         const auto g = float_span(grad, "grad");
         const gc::summable::phase p = describe(pc, k, ps);
         const auto o = phase_bytes(out, "out", p.element_bytes());
@@ -296,6 +426,20 @@ void bind_summable(nb::module_& m) {
          "    TypeError: a dtype that does not match the phase's type.\n"
          "    gradcomp.Error: a wrong size (``size_mismatch``), a call out of order, a state of another codec.")
       .def("receive", [](const phase_codec& pc, std::size_t k, phase_state& ps, in_array reduced, nb::handle out) {
+        std::optional<out_array> o_arr;
+        if (!out.is_none()) o_arr = nb::cast<out_array>(out);
+        const int device = o_arr ? call_device("receive", reduced, *o_arr) : call_device("receive", reduced);
+        check_call_device(ps, device, "receive");
+        if (ps.dev) {
+          const gc::summable::phase p = describe(pc, k, ps);
+          const std::byte* in = device_data(reduced, "reduced", p.element_bytes());
+          float* o = o_arr ? reinterpret_cast<float*>(device_data(*o_arr, "out", 0)) : nullptr;
+          const std::size_t on = o_arr ? o_arr->size() : 0;
+          const device_stream s = current_stream(device);
+          nb::gil_scoped_release unlocked;
+          ps.dev->receive(k, in, reduced.size() * reduced.itemsize(), o, on, s);
+          return;
+        }
         const gc::summable::phase p = describe(pc, k, ps);
         const auto in = phase_bytes(reduced, "reduced", p.element_bytes());
         std::span<float> o;
@@ -318,14 +462,42 @@ void bind_summable(nb::module_& m) {
          "Raises:\n"
          "    gradcomp.Error: a wrong size, a call out of order, a state of another codec.")
       .def("finish_step", [](const phase_codec& pc, phase_state& ps) {
+        if (ps.dev) {
+          describe(pc, 0, ps);  // the owner check
+          ps.dev->finish_step(current_stream(ps.device));
+          auto& ch = *pc.checks;
+          if (++ch.steps, ch.interval != 0 && ch.steps % ch.interval == 0) ch.check();
+          return;
+        }
         std::visit([&](const auto& c) {
           using C = std::remove_cvref_t<decltype(c)>;
           c.finish_step(state_of<typename C::state_type>(pc, ps));
         }, pc.c);
-      }, nb::arg("state"), "Ends the step (advances ``state.step``); call it after the last :meth:`receive`.")
+      }, nb::arg("state"),
+         "Ends the step (advances ``state.step``); call it after the last :meth:`receive`.\n\n"
+         "For a device state, every ``check_interval``-th call (of all this codec's device states) runs\n"
+         ":meth:`check`.")
+      .def("check", [](const phase_codec& pc) { pc.checks->check(); },
+           "Raises the first error the device found in a step of any of this codec's device states since\n"
+           "the last check, and clears them all.\n\n"
+           "A device state's step finds bad reduced buffers on the device, where the host does not wait for\n"
+           "them: that step's later calls then do nothing (no cells, residual unchanged, output untouched),\n"
+           "and the error is kept until a check. Waits for the devices. Nothing to do for CPU states, whose\n"
+           "calls raise at once.\n\n"
+           "Raises:\n"
+           "    gradcomp.Error: the first error reported (``index_out_of_range``, ``count_too_large``, ...).")
+      .def_prop_rw("check_interval", [](const phase_codec& pc) { return pc.checks->interval; },
+                   [](const phase_codec& pc, std::uint64_t v) { pc.checks->interval = v; },
+                   "Device states: :meth:`finish_step` runs :meth:`check` every this many calls (default 256; 0:\n"
+                   "only on demand).")
       .def("checkpoint", [](const phase_codec& pc, phase_state& ps) {
         const auto& c = tagc_of(pc);
-        const auto& st = state_of<gc::tagc::state>(pc, ps);
+        gc::tagc::state copy;
+        if (ps.dev) {
+          describe(pc, 0, ps);  // the owner check
+          copy = host_copy(c, ps, true);
+        }
+        const auto& st = ps.dev ? copy : state_of<gc::tagc::state>(pc, ps);
         std::string bytes(gc::tagc::checkpoint_bytes(st), '\0');
         const auto r = gc::tagc::save_checkpoint(c, st, std::as_writable_bytes(std::span(bytes)));
         if (!r) raise(r.error());
@@ -338,7 +510,15 @@ void bind_summable(nb::module_& m) {
          "    gradcomp.Error: a summable cast (casts keep no state across steps).")
       .def("load_checkpoint", [](const phase_codec& pc, phase_state& ps, nb::bytes b) {
         const auto& c = tagc_of(pc);
-        check(gc::tagc::load_checkpoint(c, {static_cast<const std::byte*>(b.data()), b.size()}, state_of<gc::tagc::state>(pc, ps)));
+        const std::span<const std::byte> data{static_cast<const std::byte*>(b.data()), b.size()};
+        if (ps.dev) {
+          describe(pc, 0, ps);
+          gc::tagc::state h = host_copy(c, ps, false);
+          check(gc::tagc::load_checkpoint(c, data, h));
+          ps.dev->upload(h, current_stream(ps.device));
+          return;
+        }
+        check(gc::tagc::load_checkpoint(c, data, state_of<gc::tagc::state>(pc, ps)));
       }, nb::arg("state"), nb::arg("data"),
          "TAGC: restores :meth:`checkpoint` bytes of the same world size and rank into ``state``.\n\n"
          "Raises:\n"
@@ -348,6 +528,13 @@ void bind_summable(nb::module_& m) {
         const auto& c = tagc_of(pc);
         std::vector<std::span<const std::byte>> views;
         for (const nb::bytes& b : saved) views.emplace_back(static_cast<const std::byte*>(b.data()), b.size());
+        if (ps.dev) {
+          describe(pc, 0, ps);
+          gc::tagc::state h = host_copy(c, ps, false);
+          check(gc::tagc::restore_elastic(c, views, h));
+          ps.dev->upload(h, current_stream(ps.device));
+          return;
+        }
         check(gc::tagc::restore_elastic(c, views, state_of<gc::tagc::state>(pc, ps)));
       }, nb::arg("state"), nb::arg("saved"),
          "TAGC: restores this rank from the checkpoints of every rank of a run of any world size.\n\n"

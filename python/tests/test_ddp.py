@@ -362,3 +362,17 @@ def test_compress_hook_under_torch_compile():
     (eager, calls), (compiled, ccalls) = rep[False], rep[True]
     assert calls == ccalls > 0
     assert max(abs(a - b) for a, b in zip(eager, compiled)) < 1e-3, (eager, compiled)
+
+
+def test_tagc_bitmap_packing_follows_the_backend():
+    """NCCL has no bitwise OR: TAGC's bitmap is sum-safe there unless given; "or" is refused."""
+    from gradcomp.tagc import bitmap_for_backend
+
+    assert bitmap_for_backend("gloo", {"density": 0.1}) == {"density": 0.1}
+    assert bitmap_for_backend("nccl", {}) == {"bitmap": "sum_safe"}
+    assert bitmap_for_backend("cpu:gloo,cuda:nccl", {"cells": "fp32"}) == {"cells": "fp32", "bitmap": "sum_safe"}
+    assert bitmap_for_backend("nccl", {"bitmap": "sum_safe"}) == {"bitmap": "sum_safe"}
+    with pytest.raises(ValueError, match="no bitwise OR"):
+        bitmap_for_backend("nccl", {"bitmap": "or"})
+    assert gradcomp.Tagc(**bitmap_for_backend("nccl", {})).config["bitmap"] == "sum_safe"
+    assert gradcomp.Tagc(**bitmap_for_backend("gloo", {})).config["bitmap"] == "or"

@@ -37,6 +37,9 @@ def test_cuda_tensors_without_cuda_say_so():
     with pytest.raises(gradcomp.Error) as e:
         c.make_state(16, device="cuda")
     assert e.value.code == "device_error"
+    with pytest.raises(gradcomp.Error) as e:
+        gradcomp.Tagc().make_state(16, 1, 0, device="cuda")
+    assert e.value.code == "device_error"
 
 
 def _pair(name, **options):
@@ -303,3 +306,305 @@ def test_many_buffers_on_cuda_equal_the_cpu(name):
     dev.check()
     for a, b in zip(sums_dev, sums_cpu):
         assert np.array_equal(_bits(a), _bits(b))
+
+
+# --- TAGC-2 on CUDA tensors ---------------------------------------------------------------
+
+NT = 100_005  # odd, a multiple of 3 and 5: every shard of W = 1, 3, 5 has NT / W elements
+
+
+def _tagc_step(codec, states, grads, dtype):
+    """One TAGC step of len(states) simulated ranks. The reductions run on the CPU (OR / SUM of
+    the bitmaps, the cells summed in float32 in rank order and rounded to the cell type), so
+    both backends get the same reduced bytes. Returns each rank's bitmap, cells and whole output,
+    and the reduced cells."""
+    dev = grads[0].device
+    p0 = codec.describe(0, states[0])
+    bits = [torch.zeros(p0["count"], dtype=torch.int32, device=dev) for _ in states]
+    for g, st, b in zip(grads, states, bits):
+        codec.encode(0, g, st, b)
+    red = bits[0].cpu()
+    for b in bits[1:]:
+        red = red | b.cpu() if p0["op"] == "bor" else red + b.cpu()
+    for st in states:
+        codec.receive(0, st, red.to(dev))
+    p1 = codec.describe(1, states[0])
+    cells = [torch.empty(p1["count"], dtype=dtype, device=dev) for _ in states]
+    for g, st, c in zip(grads, states, cells):
+        codec.encode(1, g, st, c)
+    summed = sum(c.cpu().float() for c in cells).to(dtype).to(dev)
+    outs = []
+    for st in states:
+        out = torch.full((NT,), 7.0, device=dev)
+        codec.receive(1, st, summed, out)
+        outs.append(out)
+    return bits, cells, outs, summed
+
+
+@gpu
+@pytest.mark.parametrize("world", [1, 3])
+@pytest.mark.parametrize("options", [{}, {"bitmap": "sum_safe"}, {"cells": "fp32", "preset": "tagc2"}])
+def test_tagc_phases_on_cuda_equal_the_cpu(world, options):
+    """Every TAGC phase on CUDA states: the CPU's bitmap words, each shard's first rows x block
+    cells (the rest of the padded shard zero), outputs, residuals, thresholds and checkpoints."""
+    opts = dict(options)
+    codec = gradcomp.Tagc(opts.pop("preset", "default"), density=0.01, **opts)
+    dtype = torch.float32 if codec.config["cells"] == "fp32" else torch.bfloat16
+    block = codec.config["block"]
+    s_cpu = [codec.make_state(NT, world, r) for r in range(world)]
+    s_dev = [codec.make_state(NT, world, r, device="cuda") for r in range(world)]
+    assert s_dev[0].device == "cuda:0" and s_dev[0].device_bytes > 0
+    g = torch.Generator().manual_seed(world)
+    for step in range(3):
+        grads = [torch.randn(NT, generator=g) * 10.0 ** (step - 1) for _ in range(world)]
+        b_cpu, c_cpu, o_cpu, _ = _tagc_step(codec, s_cpu, grads, dtype)
+        b_dev, c_dev, o_dev, _ = _tagc_step(codec, s_dev, [x.cuda() for x in grads], dtype)
+        rows = s_cpu[0].rows
+        for r in range(world):
+            assert torch.equal(b_dev[r].cpu(), b_cpu[r]), (step, r)
+            assert s_dev[r].rows == rows
+            padded = c_dev[r].cpu().view(world, -1)
+            assert padded.shape[1] >= rows * block
+            assert np.array_equal(_bits(padded[:, :rows * block]), _bits(c_cpu[r].view(world, rows * block))), (step, r)
+            assert not padded[:, rows * block:].float().abs().sum()
+            assert np.array_equal(_bits(o_dev[r]), _bits(o_cpu[r])), (step, r)
+        for a, b in zip(s_dev, s_cpu):
+            codec.finish_step(a)
+            codec.finish_step(b)
+            assert a.step == b.step == step + 1 and a.stats == b.stats
+            assert np.array_equal(_bits(a.residual), np.asarray(b.residual).view(np.int32))
+            assert np.array_equal(_bits(a.thresholds), np.asarray(b.thresholds).view(np.int32))
+            assert codec.checkpoint(a) == codec.checkpoint(b)
+    codec.check()
+    # A CPU checkpoint continues on the device, and the device's on the CPU.
+    moved = codec.make_state(NT, world, 0, device="cuda")
+    codec.load_checkpoint(moved, codec.checkpoint(s_cpu[0]))
+    assert moved.step == 3 and codec.checkpoint(moved) == codec.checkpoint(s_cpu[0])
+    back = codec.make_state(NT, world, 0)
+    codec.load_checkpoint(back, codec.checkpoint(s_dev[0]))
+    assert np.array_equal(np.asarray(back.residual), s_dev[0].residual.cpu().numpy())
+
+
+@gpu
+def test_tagc_shard_receive_on_cuda_equals_the_cpu():
+    """receive(1) of a rank's shard (a reduce-scatter's output): the padded shard of R x block
+    cells on the device, the packed one on the CPU; the same decoded shard."""
+    world, codec = 3, gradcomp.Tagc(density=0.02)
+    block = codec.config["block"]
+    s_cpu = [codec.make_state(NT, world, r) for r in range(world)]
+    s_dev = [codec.make_state(NT, world, r, device="cuda") for r in range(world)]
+    grads = [torch.randn(NT, generator=torch.Generator().manual_seed(r)) for r in range(world)]
+    for states, gs in ((s_cpu, grads), (s_dev, [x.cuda() for x in grads])):
+        p0 = codec.describe(0, states[0])
+        bits = [torch.zeros(p0["count"], dtype=torch.int32, device=gs[0].device) for _ in states]
+        for x, st, b in zip(gs, states, bits):
+            codec.encode(0, x, st, b)
+        red = bits[0].cpu()
+        for b in bits[1:]:
+            red = red | b.cpu()
+        for st in states:
+            codec.receive(0, st, red.to(gs[0].device))
+        p1 = codec.describe(1, states[0])
+        cells = [torch.empty(p1["count"], dtype=torch.bfloat16, device=gs[0].device) for _ in states]
+        for x, st, c in zip(gs, states, cells):
+            codec.encode(1, x, st, c)
+        summed = sum(c.cpu().float() for c in cells).to(torch.bfloat16).to(gs[0].device)
+        outs = []
+        for r, st in enumerate(states):
+            s = p1["shard_count"]
+            out = torch.zeros(NT // world, device=gs[0].device)
+            codec.receive(1, st, summed[r * s:(r + 1) * s].clone(), out)
+            codec.finish_step(st)
+            outs.append(out.cpu())
+        if states is s_cpu:
+            want = outs
+        else:
+            assert s_dev[0].rows == s_cpu[0].rows and p1["shard_count"] >= s_cpu[0].rows * block
+            for a, b in zip(outs, want):
+                assert np.array_equal(_bits(a), _bits(b))
+    codec.check()
+
+
+@gpu
+@pytest.mark.parametrize("bitmap", ["or", "sum_safe"])
+def test_tagc_bad_union_raises_at_the_next_check_and_changes_nothing(bitmap):
+    """A reduced bitmap with every bit set (more positions than the ranks can keep): the CPU
+    raises at receive(0); the device finishes the step doing nothing (output, residual and
+    thresholds untouched) and check() raises the CPU's code."""
+    codec = gradcomp.Tagc(density=0.01, bitmap=bitmap)
+    cpu, dev = codec.make_state(NT, 1, 0), codec.make_state(NT, 1, 0, device="cuda")
+    g = torch.randn(NT, generator=torch.Generator().manual_seed(3))
+    p0 = codec.describe(0, cpu)
+    bad = torch.full((p0["count"],), -1, dtype=torch.int32)
+    codec.encode(0, g, cpu, torch.empty_like(bad))
+    with pytest.raises(gradcomp.Error) as want:
+        codec.receive(0, cpu, bad)
+    codec.encode(0, g.cuda(), dev, torch.empty_like(bad).cuda())
+    residual, thresholds = dev.residual.clone(), dev.thresholds.clone()
+    codec.receive(0, dev, bad.cuda())
+    cells = torch.empty(codec.describe(1, dev)["count"], dtype=torch.bfloat16, device="cuda")
+    codec.encode(1, g.cuda(), dev, cells)
+    out = torch.full((NT,), 7.0, device="cuda")
+    codec.receive(1, dev, cells, out)
+    codec.finish_step(dev)
+    with pytest.raises(gradcomp.Error) as got:
+        codec.check()
+    assert got.value.code == want.value.code
+    assert torch.equal(out, torch.full((NT,), 7.0, device="cuda"))
+    assert torch.equal(dev.residual, residual) and torch.equal(dev.thresholds, thresholds)
+    codec.check()  # cleared
+
+
+@gpu
+def test_tagc_device_states_refuse_bad_input():
+    codec = gradcomp.Tagc(density=0.01)
+    st = codec.make_state(NT, 1, 0, device="cuda")
+    bits = torch.empty(codec.describe(0, st)["count"], dtype=torch.int32, device="cuda")
+    with pytest.raises(ValueError, match="state is on cuda:0"):
+        codec.encode(0, torch.zeros(NT), st, bits.cpu())
+    with pytest.raises(ValueError, match="one device"):
+        codec.encode(0, torch.zeros(NT), st, bits)
+    with pytest.raises(TypeError):
+        codec.encode(0, torch.zeros(NT, device="cuda"), st, bits.float())
+    with pytest.raises(TypeError):
+        codec.encode(0, torch.zeros(NT, device="cuda", dtype=torch.bfloat16), st, bits)
+    with pytest.raises(gradcomp.Error) as e:
+        codec.encode(0, torch.zeros(NT - 1, device="cuda"), st, bits)
+    assert e.value.code == "size_mismatch"
+    with pytest.raises(gradcomp.Error) as e:
+        codec.receive(0, st, bits)  # before encode(0)
+    with pytest.raises(ValueError, match="state is on cpu"):
+        codec.encode(0, torch.zeros(NT, device="cuda"), codec.make_state(NT, 1, 0), bits)
+    with pytest.raises(gradcomp.Error) as e:
+        gradcomp.Tagc(density=0.02).describe(0, st)
+    assert e.value.code == "codec_mismatch"
+    with pytest.raises(gradcomp.Error) as e:
+        gradcomp.SummableCast().make_state(16, 1, 0, device="cuda")
+    assert e.value.code == "invalid_argument"
+    codec.check()
+
+
+def _train_cuda(hook: str, steps: int = 60):
+    """TinyTransformer under DDP on cuda:0 with plain all-reduce, or TAGC's hook; the losses."""
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    from gradcomp import ddp, testing
+
+    torch.manual_seed(0)
+    model = testing.TinyTransformer().cuda()
+    net = DDP(model, device_ids=[torch.cuda.current_device()])
+    state = None
+    if hook == "tagc":
+        state = ddp.TagcHookState(model, density=0.1)
+        net.register_comm_hook(state, ddp.tagc_hook)
+    opt = torch.optim.SGD(net.parameters(), lr=0.1, momentum=0.9)
+    task = testing.MarkovTask()
+    losses = []
+    for step in range(steps):
+        x, y = task.batch(step, 8, 32)
+        loss = torch.nn.functional.cross_entropy(net(x.cuda()).flatten(0, 1), y.cuda().flatten())
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())
+    return losses, state, model
+
+
+@gpu
+def test_tagc_hook_trains_on_nccl(nccl_group):
+    """TAGC's DDP hook on NCCL (world size 1): sum-safe bitmaps chosen from the backend, device
+    states, plain DDP's loss, and a state dict that round-trips."""
+    from gradcomp import ddp
+
+    plain, _, _ = _train_cuda("plain")
+    hooked, state, model = _train_cuda("tagc")
+    assert state.codec.config["bitmap"] == "sum_safe"
+    assert all(st.device == "cuda:0" for st in state.states.values()) and state.states
+    assert hooked[-1] < 0.8 * hooked[0]
+    assert abs(np.mean(hooked[-10:]) - np.mean(plain[-10:])) < 0.15, (hooked[-10:], plain[-10:])
+    sd = state.state_dict()
+    fresh = ddp.TagcHookState(model, density=0.1)
+    fresh.load_state_dict(sd)
+    for name, st in state.states.items():
+        assert fresh.states[name].step == st.step
+        assert torch.equal(fresh.states[name].residual, st.residual)
+
+
+@gpu
+def test_fsdp2_trains_on_one_gpu(nccl_group):
+    """FSDP2 (fully_shard) on cuda:0 over NCCL with TAGC as its reduce-scatter: device states,
+    and the loss of FSDP's own reduce-scatter."""
+    from torch.distributed.fsdp import fully_shard
+
+    from gradcomp import fsdp, testing
+
+    def run(codec):
+        torch.manual_seed(0)
+        net = testing.TinyTransformer().cuda()
+        for b in net.blocks:
+            fully_shard(b)
+        fully_shard(net)
+        owner = fsdp.attach(net, codec, density=0.1) if codec else None
+        opt = torch.optim.SGD(net.parameters(), lr=0.1, momentum=0.9)
+        task = testing.MarkovTask()
+        losses = []
+        for step in range(60):
+            x, y = task.batch(step, 8, 32)
+            loss = torch.nn.functional.cross_entropy(net(x.cuda()).flatten(0, 1), y.cuda().flatten())
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            losses.append(loss.item())
+        return losses, owner
+
+    plain, _ = run(None)
+    tagc, owner = run("tagc")
+    assert owner.calls > 0 and all(st.device == "cuda:0" for st in owner.states.values())
+    assert tagc[-1] < 0.8 * tagc[0]
+    assert abs(np.mean(tagc[-10:]) - np.mean(plain[-10:])) < 0.15, (tagc[-10:], plain[-10:])
+    owner.codec.check()
+
+
+def _gloo_on_cuda(rank, world, hook):
+    """A rank of the 2-rank gloo run on CUDA tensors (both ranks on cuda:0)."""
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    from gradcomp import ddp, testing
+
+    import dist_util
+
+    torch.manual_seed(0)
+    model = testing.TinyTransformer().cuda()
+    net = DDP(model, device_ids=[0])
+    if hook == "tagc":
+        state = ddp.TagcHookState(model, density=0.1)
+        net.register_comm_hook(state, ddp.tagc_hook)
+    else:
+        state = ddp.HookState(model, hook)
+        net.register_comm_hook(state, ddp.compress_hook)
+    opt = torch.optim.SGD(net.parameters(), lr=0.1, momentum=0.9)
+    task = testing.MarkovTask()
+    losses = []
+    for step in range(20):
+        x, y = task.batch(step * world + rank, 8, 32)
+        loss = torch.nn.functional.cross_entropy(net(x.cuda()).flatten(0, 1), y.cuda().flatten())
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())
+    same = all(dist_util.all_same(p.data.cpu()) for p in model.parameters())
+    return {"losses": losses, "same": same, "calls": state.calls}
+
+
+@gpu
+@pytest.mark.parametrize("hook", ["topk", "int8", "tagc"])
+def test_hooks_on_gloo_over_cuda_tensors(hook):
+    """Two gloo ranks whose gradients are CUDA tensors (gloo stages them through the host): the
+    hooks run on the device, the ranks keep identical parameters, and the loss falls."""
+    import dist_util
+
+    if not HAVE_GPU:
+        pytest.skip("needs a CUDA device and a CUDA build of gradcomp")
+    got = dist_util.run(2, _gloo_on_cuda, hook)
+    assert got["same"] and got["calls"] > 0
+    assert got["losses"][-1] < 0.9 * got["losses"][0], got["losses"]
