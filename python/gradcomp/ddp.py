@@ -124,8 +124,7 @@ class HookState:
     strictly smaller: never at W <= 2 (two slot heads for one payload), almost always from
     W = 3 on. The paths are chosen once, when the process group exists (at construction, or
     at the first hook or checkpoint call), and stay fixed; :attr:`paths` lists them. A model on a
-    CUDA device keeps its states in that device's memory and sends every compressed parameter
-    on the gather path (the sharded path takes CPU tensors only).
+    CUDA device keeps the states of both paths in that device's memory.
 
     Args:
         model (torch.nn.Module): the model whose gradients the hook reduces (the DDP module or
@@ -184,9 +183,6 @@ class HookState:
         self._compressed = {}  # compressed parameter name -> (numel, gradient dtype)
         trained = [p for p in model.parameters() if p.requires_grad]
         self.device = trained[0].device if trained else torch.device("cpu")
-        if self.device.type == "cuda" and path == "sharded":
-            raise ValueError("gradcomp.ddp.HookState: the sharded path runs on CPU tensors only; CUDA models use "
-                             "path='gather' (or 'auto', which then chooses it)")
         self._numel = 0  # every parameter's elements
         self._small_numel = 0  # those of parameters that travel raw
         for name, p in model.named_parameters():
@@ -238,14 +234,17 @@ class HookState:
         if self._ready:
             return
         world = rank = None
-        if self.path != "gather" and self.device.type != "cuda":
+        if self.path != "gather":
             world, rank = self.world(), self.rank()
+        cuda = self.device if self.device.type == "cuda" else None
         for name, (n, dtype) in self._compressed.items():
             take = "gather"
             if world is not None:
                 st = self.sharded.make_state(n, world, rank, dtype)
                 gather, sharded = _path_bytes(self.compressor, self.sharded, n, dtype, world, st)
                 if self.path == "sharded" or sharded < gather:
+                    if cuda is not None:
+                        st = self.sharded.make_state(n, world, rank, dtype, cuda)
                     self.sharded_states[name], take = st, "sharded"
             if take == "gather":
                 self.states[name] = self.compressor.make_state(n, device=self.device)
@@ -305,7 +304,9 @@ class HookState:
             a list of every rank's checkpoint, uint8 tensors, whose lengths may differ).
         """
         self._setup()
-        self.compressor.check()  # a CUDA run's device report: raise what it holds before saving
+        self.compressor.check()  # a CUDA run's device reports: raise what they hold before saving
+        if self.sharded is not None:
+            self.sharded.check()
         pg = self.process_group
         gathered = gather_blobs({n: st.checkpoint() for n, st in self.states.items()}, pg)
         sharded = gather_blobs({n: self.sharded.checkpoint(st) for n, st in self.sharded_states.items()}, pg, ragged=True)

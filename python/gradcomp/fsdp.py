@@ -129,7 +129,7 @@ class ShardedCodec:
         """This process's rank in the process group."""
         return dist.get_rank(self.process_group)
 
-    def state_of(self, name: str, n: int, group: dist.ProcessGroup):
+    def state_of(self, name: str, n: int, group: dist.ProcessGroup, device: Optional[torch.device] = None):
         """The state of the module called ``name``, made (and restored from a loaded
         checkpoint) at its first call.
 
@@ -137,6 +137,8 @@ class ShardedCodec:
             name (str): the module's name.
             n (int): the flat buffer's element count.
             group (ProcessGroup): the reduce-scatter's group (its size and this rank).
+            device (torch.device, optional): where the gradients are (a CUDA device: a device
+                state; default: the CPU).
 
         Returns:
             gradcomp.ShardedState: the module's state (float32 gradients).
@@ -146,7 +148,8 @@ class ShardedCodec:
         """
         st = self.states.get(name)
         if st is None:
-            st = self.states[name] = self.codec.make_state(n, group.size(), group.rank())
+            cuda = device is not None and torch.device(device).type == "cuda"
+            st = self.states[name] = self.codec.make_state(n, group.size(), group.rank(), None, device if cuda else None)
             if self._pending is not None and name in self._pending["states"]:
                 self._restore(self._pending, name, st)
         elif st.size != n:
@@ -154,12 +157,13 @@ class ShardedCodec:
         return st
 
     def buffers(self, name: str, st):
-        """The module's all-to-all send and receive buffers (uint8, allocated once)."""
+        """The module's all-to-all send and receive buffers (uint8, allocated once, on the
+        state's device)."""
         bufs = self._buffers.get(name)
         if bufs is None:
-            p = self.codec.describe(0, st)
-            bufs = self._buffers[name] = (torch.empty(p["send_bytes"], dtype=torch.uint8),
-                                          torch.empty(p["receive_bytes"], dtype=torch.uint8))
+            p, dev = self.codec.describe(0, st), st.device
+            bufs = self._buffers[name] = (torch.empty(p["send_bytes"], dtype=torch.uint8, device=dev),
+                                          torch.empty(p["receive_bytes"], dtype=torch.uint8, device=dev))
         return bufs
 
     def state_dict(self) -> dict:
@@ -172,6 +176,7 @@ class ShardedCodec:
             identifier, mode), ``world_size`` and ``states`` (module name -> a list of every
             rank's :meth:`gradcomp.Sharded.checkpoint` bytes as uint8 tensors).
         """
+        self.codec.check()  # device states: raise what their error words hold before saving
         out = gather_blobs({n: self.codec.checkpoint(st) for n, st in self.states.items()}, self.process_group,
                            ragged=True)
         return {"format": _FORMAT, "codec": self.name, "identity": self.codec.identity, "world_size": self.world(),
@@ -260,12 +265,12 @@ class CodecReduceScatter:
         x = input_tensor.view(-1).float()  # FSDP's scratch buffer (a copy if not float32)
         if scale != 1.0:
             x.mul_(scale)  # residuals in units of the average
-        st = o.state_of(self.name, x.numel(), group)
+        st = o.state_of(self.name, x.numel(), group, x.device)
         send, recv = o.buffers(self.name, st)
         c.encode(0, x, st, send)
         dist.all_to_all_single(recv, send, group=group)
         out = output_tensor.view(-1)
-        dec = out if out.dtype in (torch.float32, torch.bfloat16) else torch.empty(out.numel())
+        dec = out if out.dtype in (torch.float32, torch.bfloat16) else torch.empty(out.numel(), device=out.device)
         c.receive(0, st, recv, dec)
         if dec is not out:
             out.copy_(dec)

@@ -7,6 +7,8 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
+#include <mutex>
 #include <span>
 #include <string>
 #include <vector>
@@ -125,6 +127,39 @@ int call_device(const char* call, const A&... arrays) {
 }
 
 inline std::string device_name(int device) { return device < 0 ? "cpu" : "cuda:" + std::to_string(device); }
+
+// The device states a codec made (TAGC, sharded), for its check(): each latches its steps'
+// errors into its own error word; check() reads and clears every word.
+struct device_checks {
+  std::mutex lock;
+  std::vector<std::weak_ptr<device_error_word>> states;
+  std::uint64_t steps = 0;       // steps of device states
+  std::uint64_t interval = 256;  // check() every `interval` of them (0: on demand only)
+
+  void add(const std::shared_ptr<device_error_word>& d) {
+    std::lock_guard hold(lock);
+    std::erase_if(states, [](const auto& w) { return w.expired(); });
+    states.push_back(d);
+  }
+  void check() {
+    std::vector<std::shared_ptr<device_error_word>> live;
+    {
+      std::lock_guard hold(lock);
+      for (const auto& w : states)
+        if (auto d = w.lock()) live.push_back(std::move(d));
+    }
+    std::uint32_t first = 0;
+    for (const auto& d : live) {
+      const std::uint32_t code = d->take_error(current_stream(d->device()));
+      if (first == 0) first = code;
+    }
+    if (first != 0) raise(static_cast<gc::errc>(first), "reported by the device for a step since the last check");
+  }
+  // After a device state's step: check() every `interval` steps.
+  void stepped() {
+    if (++steps, interval != 0 && steps % interval == 0) check();
+  }
+};
 
 // A NumPy view of a state array (torch.from_numpy wraps it without a copy either).
 inline nb::ndarray<nb::numpy, float, nb::ndim<1>> float_view(std::vector<float>& v) {

@@ -35,15 +35,6 @@ std::shared_ptr<std::byte> device_alloc(int device, std::size_t bytes) {
   });
 }
 
-namespace {
-
-// sticky = the first failing report's code, in stream order.
-__global__ void latch_kernel(const gcu::report* rep, std::uint32_t* sticky) {
-  if (*sticky == 0 && rep->code != 0) *sticky = rep->code;
-}
-
-}  // namespace
-
 struct device_context::impl {
   struct stream_space {
     std::shared_ptr<std::byte> workspace;
@@ -80,7 +71,7 @@ void device_context::latch(device_stream s) {
     std::lock_guard hold(impl_->lock);
     control = impl_->streams.at({s.device, s.stream}).control.get();
   }
-  latch_kernel<<<1, 1, 0, static_cast<cudaStream_t>(s.stream)>>>(reinterpret_cast<const gcu::report*>(control),
+  latch_report_kernel<><<<1, 1, 0, static_cast<cudaStream_t>(s.stream)>>>(reinterpret_cast<const gcu::report*>(control),
                                                                   reinterpret_cast<std::uint32_t*>(control + 64));
   check_cuda(cudaGetLastError(), "latch");
   if (interval != 0 && calls % interval == 0) check();

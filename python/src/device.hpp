@@ -5,7 +5,8 @@
 // A codec whose composition has GPU kernels (dense or exact top-k selection, no or residual
 // feedback: `device_capable`) gets a `device_codec` from codec_impl<C>::make_device(); the
 // device calls run on a caller's stream, never synchronise the host, and leave what they
-// find in a device report that `device_context::check` reads (docs/python.md, "CUDA").
+// find in a device report that `device_context::check` reads (docs/integrations.md, "CUDA
+// tensors and NCCL").
 
 #include <cstddef>
 #include <cstdint>
@@ -55,6 +56,35 @@ class device_context {
   std::unique_ptr<impl> impl_;
 };
 
+// A device state whose steps latch what the device finds into an error word of its own.
+class device_error_word {
+ public:
+  virtual ~device_error_word() = default;
+  virtual int device() const = 0;
+  // The first error latched since the last call, then cleared (synchronous).
+  virtual std::uint32_t take_error(device_stream s) = 0;
+};
+
+// One rank's sharded-path state on a CUDA device (gradcomp::cuda::sharded::codec<C>), with its
+// own workspace and error word: receive() latches its report (a bad slot: the rest of that call
+// does nothing and the output is untouched, but the step advances, as the host cannot know).
+class device_sharded : public device_error_word {
+ public:
+  virtual std::size_t memory_bytes() const = 0;  // state, workspace and error word
+  virtual gc::sharded::stage at() const = 0;
+  virtual float* sender_residual(std::uint32_t shard) const = 0;  // null without feedback
+  virtual float* owner_residual() const = 0;
+  // Queued on s; argument errors raise at once.
+  virtual void encode(std::size_t k, const void* grad, std::size_t n, gc::dtype t, std::byte* out, std::size_t bytes,
+                      device_stream s) = 0;
+  virtual void receive(std::size_t k, const std::byte* in, std::size_t bytes, void* out, std::size_t n, gc::dtype t,
+                       device_stream s) = 0;
+  // Synchronous: the step; the state to and from a host state of the same geometry.
+  virtual std::uint64_t step(device_stream s) const = 0;
+  virtual void download(gc::cpu::detail::sharded_state& host, device_stream s) const = 0;
+  virtual void upload(const gc::cpu::detail::sharded_state& host, device_stream s) = 0;
+};
+
 // One compressor's GPU kernels (gradcomp::cuda), for the buffers of one State.
 class device_codec {
  public:
@@ -76,21 +106,22 @@ class device_codec {
   // Summable casts: codes = encode(src * scale); dst (+)= decode(codes).
   virtual void encode_cast(const float* src, void* codes, std::size_t n, float scale, device_stream s) const = 0;
   virtual void decode_cast(const void* codes, float* dst, std::size_t n, bool add, device_stream s) const = 0;
+  // The sharded path of this compressor: one rank's state on s's device.
+  virtual std::unique_ptr<device_sharded> make_sharded(gc::sharded::mode m, std::size_t n, std::uint32_t world,
+                                                       std::uint32_t rank, device_stream s) const = 0;
 };
 
 // One rank's TAGC state on a CUDA device (gradcomp::cuda::tagc in the padded sketch layout, so
 // that the sketch phase's size is known without waiting for the device), with its own workspace
 // (a step carries the cell index from receive(0) to receive(1)) and a sticky error word that the
 // receives latch the step's report into.
-class device_tagc {
+class device_tagc : public device_error_word {
  public:
   struct report {
     std::uint32_t rows = 0;                      // r of the last step
     std::uint32_t items = 0, peeled = 0, rounds = 0;  // the last receive(1)'s peel
     std::uint64_t step = 0;
   };
-  virtual ~device_tagc() = default;
-  virtual int device() const = 0;
   virtual std::size_t memory_bytes() const = 0;  // state, workspace and error word
   virtual gc::summable::phase describe(std::size_t k) const = 0;
   virtual std::size_t max_phase_bytes() const = 0;
@@ -100,10 +131,9 @@ class device_tagc {
   virtual void encode(std::size_t k, const float* grad, std::size_t n, std::byte* out, std::size_t bytes, device_stream s) = 0;
   virtual void receive(std::size_t k, const std::byte* in, std::size_t bytes, float* out, std::size_t n, device_stream s) = 0;
   virtual void finish_step(device_stream s) = 0;
-  // Synchronous: the last step's report; the error word (then cleared); the state to and from a
-  // host state of the same size, world and rank.
+  // Synchronous: the last step's report; the state to and from a host state of the same size,
+  // world and rank.
   virtual report read(device_stream s) const = 0;
-  virtual std::uint32_t take_error(device_stream s) = 0;
   virtual void download(gc::tagc::state& host, device_stream s) const = 0;
   virtual void upload(const gc::tagc::state& host, device_stream s) = 0;
 };

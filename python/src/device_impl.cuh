@@ -7,6 +7,7 @@
 
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <memory>
 #include <span>
 #include <string>
@@ -46,6 +47,114 @@ __global__ void decode_cast_kernel(const typename Q::code_type* codes, float* ds
   for (std::size_t i = blockIdx.x * std::size_t{blockDim.x} + threadIdx.x; i < n; i += std::size_t{gridDim.x} * blockDim.x)
     dst[i] = add ? gc::canonical_nan(dst[i] + Q::decode(qc, m, codes[i])) : Q::decode(qc, m, codes[i]);
 }
+// sticky = the first failing report's code, in stream order.
+template <class = void>
+__global__ void latch_report_kernel(const gcu::report* rep, std::uint32_t* sticky) {
+  if (*sticky == 0 && rep->code != 0) *sticky = rep->code;
+}
+
+constexpr std::size_t round256(std::size_t b) { return (b + 255) / 256 * 256; }
+
+// One rank's sharded-path state of compressor C on a device: one allocation holds the state,
+// the workspace of every call and the error word.
+template <class C>
+class device_sharded_impl final : public device_sharded {
+  using codec_type = gcu::sharded::codec<C>;
+
+ public:
+  device_sharded_impl(const C& comp, gc::sharded::mode m, std::size_t n, std::uint32_t world, std::uint32_t rank,
+                      device_stream s)
+      : codec_(comp, m), device_(s.device) {
+    check(codec_.validate());
+    if (world == 0 || rank >= world) raise({gc::errc::invalid_argument, "sharded state needs world >= 1 and rank < world"});
+    device_guard on(device_);
+    state_bytes_ = round256(codec_.state_bytes(n, world, rank));
+    work_bytes_ = round256(std::max(codec_.template workspace_bytes<float>(n, world),
+                                    codec_.template workspace_bytes<gc::bf16_t>(n, world)));
+    mem_ = device_alloc(device_, state_bytes_ + work_bytes_ + 256);
+    sticky_ = reinterpret_cast<std::uint32_t*>(mem_.get() + state_bytes_ + work_bytes_);
+    check_cuda(cudaMemsetAsync(sticky_, 0, sizeof *sticky_, stream(s)), "cudaMemsetAsync");
+    check(codec_.make_state({mem_.get(), state_bytes_}, n, world, rank, st_, stream(s)));
+  }
+
+  int device() const override { return device_; }
+  std::size_t memory_bytes() const override { return state_bytes_ + work_bytes_ + 256; }
+  gc::sharded::stage at() const override { return st_.at; }
+  float* sender_residual(std::uint32_t shard) const override {
+    if (shard >= st_.world) raise({gc::errc::invalid_argument, "shard index outside the world"});
+    return st_.send[shard].residual;
+  }
+  float* owner_residual() const override { return st_.owner.residual; }
+
+  void encode(std::size_t k, const void* grad, std::size_t n, gc::dtype t, std::byte* out, std::size_t bytes,
+              device_stream s) override {
+    device_guard on(device_);
+    const gcu::executor ex{stream(s), work()};
+    const std::span<std::byte> o(out, bytes);
+    if (k != 0) check(codec_.template encode<float>(ex, k, {}, st_, o));
+    else if (t == gc::dtype::f32) check(codec_.template encode<float>(ex, k, {static_cast<const float*>(grad), n}, st_, o));
+    else check(codec_.template encode<gc::bf16_t>(ex, k, {static_cast<const gc::bf16_t*>(grad), n}, st_, o));
+  }
+  void receive(std::size_t k, const std::byte* in, std::size_t bytes, void* out, std::size_t n, gc::dtype t,
+               device_stream s) override {
+    device_guard on(device_);
+    const gcu::executor ex{stream(s), work()};
+    const std::span<const std::byte> i(in, bytes);
+    if (t == gc::dtype::f32) check(codec_.template receive<float>(ex, k, st_, i, {static_cast<float*>(out), n}));
+    else check(codec_.template receive<gc::bf16_t>(ex, k, st_, i, {static_cast<gc::bf16_t*>(out), n}));
+    latch_report_kernel<><<<1, 1, 0, stream(s)>>>(st_.outcome, sticky_);
+    check_cuda(cudaGetLastError(), "latch");
+  }
+
+  std::uint32_t take_error(device_stream s) override {
+    device_guard on(device_);
+    std::uint32_t code = 0;
+    check_cuda(cudaMemcpyAsync(&code, sticky_, sizeof code, cudaMemcpyDeviceToHost, stream(s)), "cudaMemcpyAsync");
+    check_cuda(cudaStreamSynchronize(stream(s)), "cudaStreamSynchronize");
+    if (code != 0) check_cuda(cudaMemsetAsync(sticky_, 0, sizeof code, stream(s)), "cudaMemsetAsync");
+    return code;
+  }
+  std::uint64_t step(device_stream s) const override {
+    device_guard on(device_);
+    std::uint64_t v = 0;
+    check_cuda(cudaMemcpyAsync(&v, st_.step, sizeof v, cudaMemcpyDeviceToHost, stream(s)), "cudaMemcpyAsync");
+    check_cuda(cudaStreamSynchronize(stream(s)), "cudaStreamSynchronize");
+    return v;
+  }
+  void download(gc::cpu::detail::sharded_state& host, device_stream s) const override {
+    device_guard on(device_);
+    same_geometry(host);
+    for (std::uint32_t j = 0; j < st_.world; ++j) check(gcu::download_state(st_.send[j], host.send[j], stream(s)));
+    if (codec_.get_mode() == gc::sharded::mode::all_reduce) check(gcu::download_state(st_.owner, host.owner, stream(s)));
+    host.step = step(s);
+    host.at = st_.at;
+  }
+  void upload(const gc::cpu::detail::sharded_state& host, device_stream s) override {
+    device_guard on(device_);
+    same_geometry(host);
+    for (std::uint32_t j = 0; j < st_.world; ++j) check(gcu::upload_state(host.send[j], st_.send[j], stream(s)));
+    if (codec_.get_mode() == gc::sharded::mode::all_reduce) check(gcu::upload_state(host.owner, st_.owner, stream(s)));
+    check_cuda(cudaMemcpyAsync(st_.step, &host.step, sizeof host.step, cudaMemcpyHostToDevice, stream(s)), "cudaMemcpyAsync");
+    check_cuda(cudaStreamSynchronize(stream(s)), "cudaStreamSynchronize");
+    st_.at = host.at;
+  }
+
+ private:
+  static cudaStream_t stream(device_stream s) { return static_cast<cudaStream_t>(s.stream); }
+  std::span<std::byte> work() const { return {mem_.get() + state_bytes_, work_bytes_}; }
+  void same_geometry(const gc::cpu::detail::sharded_state& h) const {
+    if (h.size != st_.size || h.world != st_.world || h.rank != st_.rank || h.send.size() != st_.world)
+      raise({gc::errc::size_mismatch, "host sharded state differs from the device state's size, world or rank"});
+  }
+
+  codec_type codec_;
+  int device_;
+  std::size_t state_bytes_ = 0, work_bytes_ = 0;
+  std::shared_ptr<std::byte> mem_;
+  std::uint32_t* sticky_ = nullptr;
+  gcu::sharded::device_state st_{};
+};
+
 inline unsigned cast_grid(std::size_t n) { return static_cast<unsigned>(n == 0 ? 1 : (n + 255) / 256 < 4096 ? (n + 255) / 256 : 4096); }
 
 template <class C>
@@ -102,6 +211,11 @@ class device_codec_impl final : public device_codec {
       raise(gc::errc::invalid_argument, "encode_cast: this codec is not a summable cast");
     }
   }
+  std::unique_ptr<device_sharded> make_sharded(gc::sharded::mode m, std::size_t n, std::uint32_t world, std::uint32_t rank,
+                                               device_stream s) const override {
+    return std::make_unique<device_sharded_impl<C>>(comp_, m, n, world, rank, s);
+  }
+
   void decode_cast(const void* codes, float* dst, std::size_t n, bool add, device_stream s) const override {
     if constexpr (cast) {
       device_guard on(s.device);

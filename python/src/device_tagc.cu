@@ -16,8 +16,6 @@ __global__ void latch_step_kernel(const gc::tagc::step_report* rep, std::uint32_
   if (*sticky == 0 && rep->code != 0) *sticky = rep->code;
 }
 
-constexpr std::size_t round256(std::size_t b) { return (b + 255) / 256 * 256; }
-
 class tagc_state final : public device_tagc {
  public:
   tagc_state(const gc::tagc::config& c, std::size_t n, std::uint32_t world, std::uint32_t rank, device_stream s)

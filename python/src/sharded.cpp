@@ -12,6 +12,7 @@
 #include <nanobind/stl/vector.h>
 
 #include <memory>
+#include <optional>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -24,9 +25,11 @@ namespace gradcomp_py {
 namespace {
 
 struct sharded_state_box {
-  std::unique_ptr<sharded_state> st;
+  std::unique_ptr<sharded_state> st;  // a CPU state; for a device state, its geometry and checkpoint staging
   std::string codec;  // the codec's name and mode, for repr
   std::string mode;
+  int device = -1;  // a state on this CUDA device (dev), or -1
+  std::shared_ptr<device_sharded> dev{};
 };
 
 struct sharded_box {
@@ -36,7 +39,46 @@ struct sharded_box {
   std::string mode;
   std::string given;  // the keyword options as passed, for repr
   std::string identity;
+  std::shared_ptr<device_codec> kernels{};  // made on first use on a CUDA device
+  std::shared_ptr<device_checks> checks = std::make_shared<device_checks>();
+
+  device_codec& device() {
+    if (!kernels) {
+      if (!cuda_build_info().cuda) raise(gc::errc::device_error, "this build of gradcomp has no CUDA support");
+      kernels = comp->make_device();
+      if (!kernels)
+        raise(gc::errc::invalid_argument, "codec '" + name + "' has no CUDA kernels (threshold, random-k and AccTFM's "
+                                          "row top-k select on the CPU only): pass CPU tensors");
+    }
+    return *kernels;
+  }
 };
+
+// The state's device must be the call's arrays' (-1: the CPU).
+void check_call_device(const sharded_state_box& s, int device, const char* call) {
+  if (s.device != device)
+    throw nb::value_error((std::string(call) + ": the state is on " + device_name(s.device) + ", the arrays are on " +
+                           device_name(device) + " (Sharded.make_state(n, world, rank, dtype, device=...))")
+                              .c_str());
+}
+
+// A contiguous CUDA byte array starting on 8 bytes (slots are read as 8-byte words).
+template <class A>
+std::byte* device_slots(const A& a, const char* what) {
+  check_contiguous(a, what);
+  if (a.itemsize() != 1) throw nb::type_error((std::string(what) + ": slots are uint8 (or int8) arrays").c_str());
+  auto* p = static_cast<std::byte*>(const_cast<void*>(a.data()));
+  if (reinterpret_cast<std::uintptr_t>(p) % 8 != 0)
+    throw nb::value_error((std::string(what) + ": CUDA slots must start on an 8-byte boundary").c_str());
+  return p;
+}
+
+// A CUDA residual (null without feedback) as a tensor of `n` floats, or an empty one.
+nb::object device_floats(float* p, std::size_t n, int device) {
+  return nb::cast(nb::ndarray<nb::pytorch, float, nb::ndim<1>>(p, {p ? n : 0}, nb::handle(), {}, nb::dtype<float>(),
+                                                               nb::device::cuda::value, device),
+                  nb::rv_policy::reference);
+}
 
 gc::sharded::mode parse_mode(const std::string& m) {
   if (m == "all_reduce") return gc::sharded::mode::all_reduce;
@@ -90,36 +132,53 @@ void bind_sharded(nb::module_& m) {
       .def_prop_ro("size", [](const sharded_state_box& s) { return s.st->size(); }, "Elements of the gradient the state serves.")
       .def_prop_ro("world", [](const sharded_state_box& s) { return s.st->world(); }, "The world size (ranks, and shards).")
       .def_prop_ro("rank", [](const sharded_state_box& s) { return s.st->rank(); }, "This rank: the owner of shard ``rank``.")
-      .def_prop_ro("step", [](const sharded_state_box& s) { return s.st->step(); },
-                   "Steps finished (a step ends with ``receive(0)`` in reduce-scatter mode, ``receive(1)`` in all-reduce mode).")
+      .def_prop_ro("step", [](const sharded_state_box& s) { return s.dev ? s.dev->step(current_stream(s.device)) : s.st->step(); },
+                   "Steps finished (a step ends with ``receive(0)`` in reduce-scatter mode, ``receive(1)`` in all-reduce mode;\n"
+                   "on a CUDA device, reading it waits for the device).")
+      .def_prop_ro("device", [](const sharded_state_box& s) { return device_name(s.device); },
+                   "Where the state lives: ``\"cpu\"`` or ``\"cuda:N\"`` (the device of the tensors it serves).")
+      .def_prop_ro("device_bytes", [](const sharded_state_box& s) -> std::size_t { return s.dev ? s.dev->memory_bytes() : 0; },
+                   "Device memory the state holds (states, a call's workspace, its error word); 0 for a CPU state.")
       .def_prop_ro("dtype", [](const sharded_state_box& s) { return dtype_name(s.st->grad_type); },
                    "The gradients' element type, ``\"float32\"`` or ``\"bfloat16\"`` (it sizes phase 0's slots).")
-      .def_prop_ro("stage", [](const sharded_state_box& s) { return stage_name(s.st->at()); },
+      .def_prop_ro("stage", [](const sharded_state_box& s) { return stage_name(s.dev ? s.dev->at() : s.st->at()); },
                    "The call the state expects next: ``\"encode(0)\"``, ``\"receive(0)\"``, ``\"encode(1)\"`` or\n"
                    "``\"receive(1)\"``.")
       .def_prop_ro("shard", [](const sharded_state_box& s) {
         const gc::chunk_range r = gc::summable::shard_of(s.st->size(), s.st->world(), s.st->rank());
         return std::make_tuple(r.offset, r.count);
       }, "``(offset, count)`` of this rank's shard: ``count = min(n, (rank + 1) * ceil(n / world)) - offset``.")
-      .def("sender_residual", [](sharded_state_box& s, std::uint32_t shard) { return float_view(s.st->sender_residual(shard)); },
-           nb::arg("shard"), nb::rv_policy::reference_internal,
+      .def("sender_residual", [](sharded_state_box& s, std::uint32_t shard) -> nb::object {
+        if (s.dev) {
+          const std::size_t n = gc::summable::shard_of(s.st->size(), s.st->world(), shard).count;
+          return device_floats(s.dev->sender_residual(shard), n, s.device);
+        }
+        return nb::cast(float_view(s.st->sender_residual(shard)), nb::rv_policy::reference);
+      }, nb::arg("shard"), nb::keep_alive<0, 1>(),
            "What this rank still owes destination shard ``shard`` (its error-feedback residual there).\n\n"
            "Args:\n"
            "    shard (int): ``0 <= shard < world``.\n\n"
            "Returns:\n"
-           "    numpy.ndarray: a float32 view of the state's memory (no copy; writable), the shard's size, or\n"
-           "    empty without error feedback.\n\n"
+           "    numpy.ndarray | torch.Tensor: a float32 view of the state's memory (no copy; writable), the\n"
+           "    shard's size, or empty without error feedback; a CUDA tensor for a device state.\n\n"
            "Raises:\n"
            "    gradcomp.Error: ``shard >= world`` (``invalid_argument``).")
-      .def_prop_ro("owner_residual", [](sharded_state_box& s) { return float_view(s.st->owner_residual()); },
-                   nb::rv_policy::reference_internal,
+      .def_prop_ro("owner_residual", [](sharded_state_box& s) -> nb::object {
+        if (s.dev) {
+          const std::size_t n = gc::summable::shard_of(s.st->size(), s.st->world(), s.st->rank()).count;
+          return device_floats(s.dev->owner_residual(), n, s.device);
+        }
+        return nb::cast(float_view(s.st->owner_residual()), nb::rv_policy::reference);
+      }, nb::keep_alive<0, 1>(),
                    "What the owner's re-encoding of its reduced shard still owes (all-reduce mode), a float32 NumPy view\n"
                    "of this rank's shard size (no copy; writable); empty in reduce-scatter mode or without error feedback.")
       .def("__repr__", [](const sharded_state_box& s) {
         const sharded_state& x = *s.st;
         return "gradcomp.ShardedState(codec='" + s.codec + "', mode='" + s.mode + "', size=" + std::to_string(x.size()) +
                ", world=" + std::to_string(x.world()) + ", rank=" + std::to_string(x.rank()) + ", dtype='" +
-               dtype_name(x.grad_type) + "', step=" + std::to_string(x.step()) + ", stage='" + stage_name(x.at()) + "')";
+               dtype_name(x.grad_type) + "'" +
+               (s.dev ? ", device='" + device_name(s.device) + "')"
+                      : ", step=" + std::to_string(x.step()) + ", stage='" + stage_name(x.at()) + "')");
       });
 
   nb::class_<sharded_box>(m, "Sharded",
@@ -171,20 +230,34 @@ void bind_sharded(nb::module_& m) {
                    "True when the states carry error-feedback residuals (per destination shard, and the owner's).")
       .def_prop_ro("options", [](const sharded_box& c) { return to_dict(c.comp->effective_options()); },
                    "Every option of the compressor with its effective value (defaults included).")
-      .def("make_state", [](const sharded_box& c, std::size_t n, std::uint32_t world, std::uint32_t rank, nb::handle dtype) {
+      .def("make_state", [](sharded_box& c, std::size_t n, std::uint32_t world, std::uint32_t rank, nb::handle dtype,
+                            nb::handle device) {
         sharded_state_box s{c.impl->make_state(n, world, rank), c.name, c.mode};
         s.st->grad_type = dtype.is_none() ? gc::dtype::f32 : parse_dtype(dtype);
         s.st->identity = c.identity;
+        s.device = device.is_none() ? -1 : parse_device(device);
+        if (s.device >= 0) {
+          device_codec& k = c.device();
+          cuda_check_device(s.device);
+          s.dev = k.make_sharded(parse_mode(c.mode), n, world, rank, current_stream(s.device));
+          c.checks->add(s.dev);
+        }
         return s;
-      }, nb::arg("n"), nb::arg("world"), nb::arg("rank"), nb::arg("dtype") = nb::none(),
-         nb::sig("def make_state(self, n: int, world: int, rank: int, dtype: torch.dtype | None = None) -> ShardedState"),
+      }, nb::arg("n"), nb::arg("world"), nb::arg("rank"), nb::arg("dtype") = nb::none(), nb::arg("device").none() = nb::none(),
+         nb::sig("def make_state(self, n: int, world: int, rank: int, dtype: torch.dtype | None = None, "
+                 "device: torch.device | str | int | None = None) -> ShardedState"),
          "A fresh state of one rank.\n\n"
          "Args:\n"
          "    n (int): gradient elements (the same on every rank).\n"
          "    world (int): the ranks (and shards).\n"
          "    rank (int): this rank, ``0 <= rank < world``.\n"
          "    dtype (torch.dtype, optional): the gradients' type, ``torch.float32`` (default) or\n"
-         "        ``torch.bfloat16`` (ranks may differ: a slot holds either).\n\n"
+         "        ``torch.bfloat16`` (ranks may differ: a slot holds either).\n"
+         "    device (torch.device | str | int, optional): ``None`` or ``\"cpu\"`` for a CPU state; a CUDA device\n"
+         "        for a state in that device's memory (codecs of ``build_info()[\"cuda_codecs\"]``), which then\n"
+         "        takes CUDA tensors only, queued on ``torch.cuda.current_stream(device)`` without waiting for\n"
+         "        the device. Its slots are the CPU's bytes; a bad received slot is found on the device: the\n"
+         "        call does nothing (output untouched) but the step advances, and :meth:`check` raises it.\n\n"
          "Returns:\n"
          "    ShardedState: step 0, zero residuals.\n\n"
          "Raises:\n"
@@ -208,6 +281,28 @@ void bind_sharded(nb::module_& m) {
          "        (``codec_mismatch``).")
       .def("encode", [](const sharded_box& c, std::size_t k, nb::handle grad, sharded_state_box& s, out_array out) {
         sharded_state& st = state_of(c, s);
+        if (s.dev || on_cuda(out)) {
+          std::optional<in_array> a;
+          if (k == 0) {
+            if (grad.is_none()) throw nb::type_error("grad: phase 0 encodes the gradient (a float32 or bfloat16 tensor)");
+            a = nb::cast<in_array>(grad);
+          }
+          const int device = a ? call_device("encode", *a, out) : call_device("encode", out);
+          check_call_device(s, device, "encode");
+          if (a) {
+            check_contiguous(*a, "grad");
+            if (grad_dtype(*a, "grad") != st.grad_type)
+              throw nb::type_error((std::string("grad: the state was made for ") + dtype_name(st.grad_type) + " gradients").c_str());
+          }
+          const void* g = a ? a->data() : nullptr;
+          const std::size_t n = a ? a->size() : 0;
+          std::byte* o = device_slots(out, "out");
+          const device_stream stream = current_stream(device);
+          nb::gil_scoped_release unlocked;
+          s.dev->encode(k, g, n, st.grad_type, o, out.size(), stream);
+          return;
+        }
+        if (k == 0 && !grad.is_none()) check_call_device(s, call_device("encode", nb::cast<in_array>(grad)), "encode");
         const void* g = nullptr;
         std::size_t n = 0;
         if (k == 0) {
@@ -240,6 +335,29 @@ void bind_sharded(nb::module_& m) {
          "        state of another codec (``codec_mismatch``).")
       .def("receive", [](const sharded_box& c, std::size_t k, sharded_state_box& s, in_array received, nb::handle out) {
         sharded_state& st = state_of(c, s);
+        std::optional<out_array> o_arr;
+        if (!out.is_none()) o_arr = nb::cast<out_array>(out);
+        const int device = o_arr ? call_device("receive", received, *o_arr) : call_device("receive", received);
+        check_call_device(s, device, "receive");
+        if (s.dev) {
+          const std::byte* in = device_slots(received, "received");
+          void* o = nullptr;
+          std::size_t n = 0;
+          gc::dtype t = st.grad_type;
+          if (o_arr) {
+            check_contiguous(*o_arr, "out");
+            t = grad_dtype(*o_arr, "out");
+            o = const_cast<void*>(o_arr->data());
+            n = o_arr->size();
+          }
+          const device_stream stream = current_stream(device);
+          {
+            nb::gil_scoped_release unlocked;
+            s.dev->receive(k, in, received.size(), o, n, t, stream);
+          }
+          if (k + 1 == c.impl->phase_count()) c.checks->stepped();
+          return;
+        }
         const auto in = byte_view(received, "received");
         void* o = nullptr;
         std::size_t n = 0;
@@ -273,7 +391,9 @@ void bind_sharded(nb::module_& m) {
          "        ``checksum_mismatch``, ``truncated``, ...), a wrong size (``size_mismatch``), a call out of\n"
          "        order (``invalid_argument``), a state of another codec (``codec_mismatch``).")
       .def("checkpoint", [](const sharded_box& c, sharded_state_box& s) {
-        const std::vector<std::byte> b = c.impl->checkpoint(state_of(c, s));
+        sharded_state& st = state_of(c, s);
+        if (s.dev) s.dev->download(st.host(), current_stream(s.device));
+        const std::vector<std::byte> b = c.impl->checkpoint(st);
         return nb::bytes(b.data(), b.size());
       }, nb::arg("state"),
          "The state's checkpoint (``sharded::save_checkpoint``).\n\n"
@@ -283,8 +403,11 @@ void bind_sharded(nb::module_& m) {
       .def("load_checkpoint", [](const sharded_box& c, sharded_state_box& s, nb::bytes data) {
         sharded_state& st = state_of(c, s);
         const auto in = bytes_of(data);
-        nb::gil_scoped_release unlocked;
-        c.impl->load_checkpoint(st, in);
+        {
+          nb::gil_scoped_release unlocked;
+          c.impl->load_checkpoint(st, in);
+        }
+        if (s.dev) s.dev->upload(st.host(), current_stream(s.device));
       }, nb::arg("state"), nb::arg("data"),
          "Restores :meth:`checkpoint` bytes of the same size, world size and rank: the run continues byte for byte.\n\n"
          "Args:\n"
@@ -297,8 +420,11 @@ void bind_sharded(nb::module_& m) {
         sharded_state& st = state_of(c, s);
         std::vector<std::span<const std::byte>> views;
         for (const nb::bytes& b : saved) views.push_back(bytes_of(b));
-        nb::gil_scoped_release unlocked;
-        c.impl->restore_elastic(st, views);
+        {
+          nb::gil_scoped_release unlocked;
+          c.impl->restore_elastic(st, views);
+        }
+        if (s.dev) s.dev->upload(st.host(), current_stream(s.device));
       }, nb::arg("state"), nb::arg("saved"),
          "Restores this rank from the checkpoints of every rank of a run of any world size (``restore_elastic``).\n\n"
          "What error feedback owes stays exact as sums over ranks: ``state`` holds, on its own new shard, the\n"
@@ -310,6 +436,16 @@ void bind_sharded(nb::module_& m) {
          "Raises:\n"
          "    gradcomp.Error: a corrupted or missing checkpoint, another codec or mode, another size or steps that\n"
          "        differ; the state is unchanged then.")
+      .def("check", [](const sharded_box& c) { c.checks->check(); },
+           "Raises the first error the device found in any of this codec's device states since the last\n"
+           "check (a bad received slot), and clears them all. Waits for the devices; nothing to do for CPU\n"
+           "states, whose calls raise at once.\n\n"
+           "Raises:\n"
+           "    gradcomp.Error: the first error reported (``checksum_mismatch``, ``bad_header``, ...).")
+      .def_prop_rw("check_interval", [](const sharded_box& c) { return c.checks->interval; },
+                   [](const sharded_box& c, std::uint64_t v) { c.checks->interval = v; },
+                   "Device states: the last phase's :meth:`receive` runs :meth:`check` every this many calls\n"
+                   "(default 256; 0: only on demand).")
       .def("__repr__", [](const sharded_box& c) {
         std::string r = "gradcomp.Sharded('" + c.name + "', mode='" + c.mode + "'" + c.given;
         if (c.given.find("error_feedback=") == std::string::npos)

@@ -30,6 +30,8 @@ class sharded_state {
   virtual std::vector<float>& sender_residual(std::uint32_t j) = 0;
   // The owner's residual of its reduced shard (all-reduce mode with feedback; else empty).
   virtual std::vector<float>& owner_residual() = 0;
+  // The library's state (a device state's staging copy for checkpoints).
+  virtual gc::cpu::detail::sharded_state& host() = 0;
 
   gc::dtype grad_type = gc::dtype::f32;  // the gradients' element type
   std::string identity;                  // the codec (name, id, mode) that made it
@@ -68,6 +70,7 @@ class sharded_impl final : public sharded_codec {
       return st.send[j].residual;
     }
     std::vector<float>& owner_residual() override { return st.owner.residual; }
+    gc::cpu::detail::sharded_state& host() override { return st; }
   };
 
   static state_impl& own(sharded_state& s) {

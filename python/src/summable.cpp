@@ -12,7 +12,6 @@
 #include <nanobind/stl/vector.h>
 
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <string>
 #include <tuple>
@@ -36,35 +35,6 @@ struct phase_state {
   std::string owner;  // the codec (and config) that made it
   int device = -1;    // a TAGC state on this CUDA device (dev), or -1
   std::shared_ptr<device_tagc> dev{};
-};
-
-// The device states a codec made, for PhaseCodec.check(): each latches its steps' errors into its
-// own error word; check() reads and clears every word.
-struct device_checks {
-  std::mutex lock;
-  std::vector<std::weak_ptr<device_tagc>> states;
-  std::uint64_t steps = 0;      // finish_step calls of device states
-  std::uint64_t interval = 256;  // check() every `interval` of them (0: on demand only)
-
-  void add(const std::shared_ptr<device_tagc>& d) {
-    std::lock_guard hold(lock);
-    std::erase_if(states, [](const auto& w) { return w.expired(); });
-    states.push_back(d);
-  }
-  void check() {
-    std::vector<std::shared_ptr<device_tagc>> live;
-    {
-      std::lock_guard hold(lock);
-      for (const auto& w : states)
-        if (auto d = w.lock()) live.push_back(std::move(d));
-    }
-    std::uint32_t first = 0;
-    for (const auto& d : live) {
-      const std::uint32_t code = d->take_error(current_stream(d->device()));
-      if (first == 0) first = code;
-    }
-    if (first != 0) raise(static_cast<gc::errc>(first), "reported by the device for a TAGC step since the last check");
-  }
 };
 
 struct phase_codec {
@@ -465,8 +435,7 @@ void bind_summable(nb::module_& m) {
         if (ps.dev) {
           describe(pc, 0, ps);  // the owner check
           ps.dev->finish_step(current_stream(ps.device));
-          auto& ch = *pc.checks;
-          if (++ch.steps, ch.interval != 0 && ch.steps % ch.interval == 0) ch.check();
+          pc.checks->stepped();
           return;
         }
         std::visit([&](const auto& c) {

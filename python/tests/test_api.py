@@ -58,7 +58,10 @@ def test_bound_functions_show_real_signatures():
     assert gradcomp.Sharded.receive.__doc__.startswith(
         "receive(self, k: int, state: ShardedState, received: torch.Tensor, out: torch.Tensor | None = None) -> None")
     assert gradcomp.Sharded.make_state.__doc__.startswith(
-        "make_state(self, n: int, world: int, rank: int, dtype: torch.dtype | None = None) -> ShardedState")
+        "make_state(self, n: int, world: int, rank: int, dtype: torch.dtype | None = None, "
+        "device: torch.device | str | int | None = None) -> ShardedState")
+    assert gradcomp.PhaseCodec.make_state.__doc__.startswith(
+        "make_state(self, n: int, world: int, rank: int, device: torch.device | str | int | None = None) -> PhaseState")
     sh = gradcomp.Sharded(name="int8", mode="reduce_scatter")
     st = sh.make_state(n=100, world=2, rank=1)
     send = torch.empty(sh.describe(k=0, state=st)["send_bytes"], dtype=torch.uint8)

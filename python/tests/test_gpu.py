@@ -234,7 +234,8 @@ def nccl_group():
 # one rank): top-k 10% + error feedback +0.051, int8 and bf16 +0.0000; top-k 10% without error
 # feedback (a codec that loses too much) +0.38. The margin sits between.
 @gpu
-@pytest.mark.parametrize("codec,options", [("topk", {"density": 0.1}), ("int8", {}), ("bf16", {})])
+@pytest.mark.parametrize("codec,options", [("topk", {"density": 0.1}), ("int8", {}), ("bf16", {}),
+                                           ("int8", {"path": "sharded"}), ("topk", {"density": 0.1, "path": "sharded"})])
 def test_ddp_hook_trains_on_nccl(nccl_group, codec, options):
     from torch.nn.parallel import DistributedDataParallel as DDP
 
@@ -268,6 +269,8 @@ def test_ddp_hook_trains_on_nccl(nccl_group, codec, options):
     if not state.compressor.summable:
         state.compressor.check()
         assert all(st.device.startswith("cuda") for st in state.states.values())
+        assert all(st.device.startswith("cuda") for st in state.sharded_states.values())
+        assert bool(state.sharded_states) == (options.get("path") == "sharded")
         sd = state.state_dict()
         fresh = ddp.HookState(model, codec, **options)
         fresh.load_state_dict(sd)
@@ -531,9 +534,10 @@ def test_tagc_hook_trains_on_nccl(nccl_group):
 
 
 @gpu
-def test_fsdp2_trains_on_one_gpu(nccl_group):
-    """FSDP2 (fully_shard) on cuda:0 over NCCL with TAGC as its reduce-scatter: device states,
-    and the loss of FSDP's own reduce-scatter."""
+@pytest.mark.parametrize("codec", ["tagc", "int8", "topk"])
+def test_fsdp2_trains_on_one_gpu(nccl_group, codec):
+    """FSDP2 (fully_shard) on cuda:0 over NCCL with TAGC or a codec on the sharded path as its
+    reduce-scatter: device states, and the loss of FSDP's own reduce-scatter."""
     from torch.distributed.fsdp import fully_shard
 
     from gradcomp import fsdp, testing
@@ -544,7 +548,8 @@ def test_fsdp2_trains_on_one_gpu(nccl_group):
         for b in net.blocks:
             fully_shard(b)
         fully_shard(net)
-        owner = fsdp.attach(net, codec, density=0.1) if codec else None
+        options = {"density": 0.1} if codec in ("tagc", "topk") else {}
+        owner = fsdp.attach(net, codec, **options) if codec else None
         opt = torch.optim.SGD(net.parameters(), lr=0.1, momentum=0.9)
         task = testing.MarkovTask()
         losses = []
@@ -558,11 +563,13 @@ def test_fsdp2_trains_on_one_gpu(nccl_group):
         return losses, owner
 
     plain, _ = run(None)
-    tagc, owner = run("tagc")
+    got, owner = run(codec)
     assert owner.calls > 0 and all(st.device == "cuda:0" for st in owner.states.values())
-    assert tagc[-1] < 0.8 * tagc[0]
-    assert abs(np.mean(tagc[-10:]) - np.mean(plain[-10:])) < 0.15, (tagc[-10:], plain[-10:])
+    assert got[-1] < 0.8 * got[0]
+    assert abs(np.mean(got[-10:]) - np.mean(plain[-10:])) < 0.15, (got[-10:], plain[-10:])
     owner.codec.check()
+    sd = owner.state_dict()
+    assert set(sd["states"]) == set(owner.states)
 
 
 def _gloo_on_cuda(rank, world, hook):
@@ -608,3 +615,129 @@ def test_hooks_on_gloo_over_cuda_tensors(hook):
     got = dist_util.run(2, _gloo_on_cuda, hook)
     assert got["same"] and got["calls"] > 0
     assert got["losses"][-1] < 0.9 * got["losses"][0], got["losses"]
+
+
+# --- The sharded path on CUDA tensors -------------------------------------------------------
+
+
+def _sharded_step(codec, states, grads, out_dtype):
+    """One step of len(states) simulated ranks of a gradcomp.Sharded codec on the grads' device:
+    the all-to-all and all-gather by slicing. Returns each rank's sends and outputs."""
+    world, dev = len(states), grads[0].device
+    p0 = codec.describe(0, states[0])
+    slot = p0["slot_bytes"]
+    sends = []
+    for g, st in zip(grads, states):
+        buf = torch.empty(p0["send_bytes"], dtype=torch.uint8, device=dev)
+        codec.encode(0, g, st, buf)
+        sends.append(buf)
+    outs = []
+    for j, st in enumerate(states):
+        recv = torch.cat([sends[r].view(world, slot)[j] for r in range(world)])
+        if codec.mode == "reduce_scatter":
+            out = torch.full((st.shard[1],), 7.0, dtype=out_dtype, device=dev)
+            codec.receive(0, st, recv, out)
+            outs.append(out)
+        else:
+            codec.receive(0, st, recv)
+    if codec.mode == "all_reduce":
+        p1 = codec.describe(1, states[0])
+        gathered = []
+        for st in states:
+            buf = torch.empty(p1["send_bytes"], dtype=torch.uint8, device=dev)
+            codec.encode(1, None, st, buf)
+            gathered.append(buf)
+            sends.append(buf)
+        every = torch.cat(gathered)
+        for st in states:
+            out = torch.full((st.size,), 7.0, dtype=out_dtype, device=dev)
+            codec.receive(1, st, every, out)
+            outs.append(out)
+    return sends, outs
+
+
+@gpu
+@pytest.mark.parametrize("mode", ["all_reduce", "reduce_scatter"])
+@pytest.mark.parametrize("name", ["int8", "topk", "bf16", "int4"])
+def test_sharded_on_cuda_equals_the_cpu(name, mode):
+    """The sharded path with CUDA states: the CPU's slot bytes, outputs, residuals and
+    checkpoints, at 1 and 3 ranks, float32 and bfloat16 gradients."""
+    opts = {"density": 0.01, "compact_indices": False} if name in SPARSE else {}
+    for world in (1, 3):
+        for dtype in (torch.float32, torch.bfloat16):
+            codec = gradcomp.Sharded(name, mode, **opts)
+            s_cpu = [codec.make_state(NT, world, r, dtype) for r in range(world)]
+            s_dev = [codec.make_state(NT, world, r, dtype, "cuda") for r in range(world)]
+            g = torch.Generator().manual_seed(world)
+            for step in range(3):
+                grads = [(torch.randn(NT, generator=g) * 10.0 ** (step - 1)).to(dtype) for _ in range(world)]
+                b_cpu, o_cpu = _sharded_step(codec, s_cpu, grads, dtype)
+                b_dev, o_dev = _sharded_step(codec, s_dev, [x.cuda() for x in grads], dtype)
+                for a, b in zip(b_dev, b_cpu):
+                    assert torch.equal(a.cpu(), b), (name, mode, world, dtype, step)
+                for a, b in zip(o_dev, o_cpu):
+                    assert np.array_equal(_bits(a), _bits(b)), (name, mode, world, dtype, step)
+                for a, b in zip(s_dev, s_cpu):
+                    assert a.step == b.step and a.stage == b.stage
+                    for j in range(world):
+                        assert np.array_equal(a.sender_residual(j).cpu().numpy(), np.asarray(b.sender_residual(j)))
+                    assert np.array_equal(a.owner_residual.cpu().numpy(), np.asarray(b.owner_residual))
+                    assert codec.checkpoint(a) == codec.checkpoint(b)
+            codec.check()
+            moved = codec.make_state(NT, world, 0, dtype, "cuda")
+            codec.load_checkpoint(moved, codec.checkpoint(s_cpu[0]))
+            assert moved.step == 3 and codec.checkpoint(moved) == codec.checkpoint(s_cpu[0])
+
+
+@gpu
+def test_sharded_bad_slot_on_cuda_raises_at_the_next_check():
+    """A received slot with a flipped payload byte: the CPU raises at receive(0); on the device the
+    call writes nothing and check() raises the CPU's code."""
+    codec = gradcomp.Sharded("int8", "reduce_scatter")
+    grads = [torch.randn(NT, generator=torch.Generator().manual_seed(r)) for r in range(2)]
+    for device in ("cpu", "cuda"):
+        states = [codec.make_state(NT, 2, r, None, None if device == "cpu" else device) for r in range(2)]
+        p0 = codec.describe(0, states[0])
+        sends = []
+        for g, st in zip(grads, states):
+            buf = torch.empty(p0["send_bytes"], dtype=torch.uint8, device=device)
+            codec.encode(0, g.to(device), st, buf)
+            sends.append(buf.view(2, -1))
+        recv = torch.cat([sends[0][0], sends[1][0]])
+        recv[p0["slot_bytes"] + 40] ^= 0x10
+        out = torch.full((states[0].shard[1],), 7.0, device=device)
+        if device == "cpu":
+            with pytest.raises(gradcomp.Error) as want:
+                codec.receive(0, states[0], recv, out)
+        else:
+            codec.receive(0, states[0], recv, out)
+            with pytest.raises(gradcomp.Error) as got:
+                codec.check()
+            assert got.value.code == want.value.code
+            codec.check()  # cleared
+        assert torch.equal(out.cpu(), torch.full((states[0].shard[1],), 7.0))
+
+
+@gpu
+def test_sharded_device_states_refuse_bad_input():
+    codec = gradcomp.Sharded("int8")
+    st = codec.make_state(NT, 1, 0, None, "cuda")
+    assert st.device == "cuda:0" and st.device_bytes > 0
+    send = torch.empty(codec.describe(0, st)["send_bytes"], dtype=torch.uint8, device="cuda")
+    with pytest.raises(ValueError, match="state is on cuda:0"):
+        codec.encode(0, torch.zeros(NT), st, send.cpu())
+    with pytest.raises(ValueError, match="one device"):
+        codec.encode(0, torch.zeros(NT), st, send)
+    with pytest.raises(TypeError):
+        codec.encode(0, torch.zeros(NT, device="cuda", dtype=torch.bfloat16), st, send)
+    with pytest.raises(ValueError, match="8-byte"):
+        codec.encode(0, torch.zeros(NT, device="cuda"), st, torch.empty(send.numel() + 1, dtype=torch.uint8, device="cuda")[1:])
+    with pytest.raises(gradcomp.Error) as e:
+        codec.encode(0, torch.zeros(NT - 1, device="cuda"), st, send)
+    assert e.value.code == "size_mismatch"
+    with pytest.raises(ValueError, match="state is on cpu"):
+        codec.encode(0, torch.zeros(NT, device="cuda"), codec.make_state(NT, 1, 0), send)
+    with pytest.raises(gradcomp.Error) as e:
+        gradcomp.Sharded("threshold").make_state(NT, 1, 0, None, "cuda")
+    assert e.value.code == "invalid_argument"
+    codec.check()
