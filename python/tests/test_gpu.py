@@ -741,3 +741,70 @@ def test_sharded_device_states_refuse_bad_input():
         gradcomp.Sharded("threshold").make_state(NT, 1, 0, None, "cuda")
     assert e.value.code == "invalid_argument"
     codec.check()
+
+
+# --- One process per GPU over NCCL ----------------------------------------------------------
+
+
+def _nccl_rank(rank, world, port, kind, codec, out):
+    """A rank of a run with one process per GPU: 30 steps of the test model, its batches drawn
+    per rank; saves rank 0's losses and whether the replicas (DDP) stayed identical."""
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    from gradcomp import ddp, fsdp, testing
+
+    import dist_util
+
+    torch.cuda.set_device(rank)
+    dist.init_process_group("nccl", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
+    try:
+        torch.manual_seed(0)
+        model = testing.TinyTransformer().cuda()
+        options = {"density": 0.1} if codec in ("tagc", "topk") else {}
+        if kind == "fsdp":
+            from torch.distributed.fsdp import fully_shard
+
+            for b in model.blocks:
+                fully_shard(b)
+            fully_shard(model)
+            fsdp.attach(model, codec, **options)
+            net = model
+        else:
+            net = DDP(model, device_ids=[rank])
+            if codec == "tagc":
+                net.register_comm_hook(ddp.TagcHookState(model, **options), ddp.tagc_hook)
+            else:
+                net.register_comm_hook(ddp.HookState(model, codec, path=kind, **options), ddp.compress_hook)
+        opt = torch.optim.SGD(net.parameters(), lr=0.1, momentum=0.9)
+        task = testing.MarkovTask()
+        losses = []
+        for step in range(30):
+            x, y = task.batch(step * world + rank, 8, 32)
+            loss = torch.nn.functional.cross_entropy(net(x.cuda()).flatten(0, 1), y.cuda().flatten())
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            losses.append(loss.item())
+        same = kind == "fsdp" or all(dist_util.all_same(p.data) for p in model.parameters())
+        if rank == 0:
+            torch.save({"losses": losses, "same": same}, out)
+    finally:
+        dist.destroy_process_group()
+
+
+@gpu
+@pytest.mark.parametrize("kind,codec", [("gather", "topk"), ("sharded", "int8"), ("gather", "tagc"), ("fsdp", "tagc"),
+                                        ("fsdp", "int8")])
+def test_hooks_on_nccl_one_process_per_gpu(kind, codec, tmp_path):
+    """Every GPU present, one process each, NCCL: the hooks and FSDP2 train, and DDP's replicas
+    stay bit-identical. Needs two GPUs or more."""
+    import torch.multiprocessing as mp
+
+    if not HAVE_GPU or torch.cuda.device_count() < 2:
+        pytest.skip("needs two CUDA devices or more and a CUDA build of gradcomp")
+    world, out = torch.cuda.device_count(), str(tmp_path / "rank0.pt")
+    mp.spawn(_nccl_rank, args=(world, _free_port(), kind, codec, out), nprocs=world)
+    got = torch.load(out)
+    assert got["same"]
+    assert got["losses"][-1] < 0.9 * got["losses"][0], got["losses"]
