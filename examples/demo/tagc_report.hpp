@@ -125,13 +125,13 @@ inline void tagc_report(std::span<const float> grad, int steps = 4) {
   std::printf("%s\n", std::string(111, '-').c_str());
   std::printf("%-31s %12.2f %9.2f %12.3e %14s %8s %10s %8s\n", "bf16 reduce-scatter", bf16_bytes / 1e6, 1.0,
               std::sqrt(bf16_err) / sum_norm, "-", "-", "-", "-");
-  gt::config ours_nccl;
-  ours_nccl.bitmap = gt::bitmap_mode::sum_safe;
+  gt::config default_nccl;
+  default_nccl.bitmap = gt::bitmap_mode::sum_safe;
   const struct {
     const char* name;
     gt::config cfg;
-  } rows[] = {{"TAGC-2 preset (ratio 10)", gt::preset_tagc2()}, {"ours: adaptive, OR bitmap", gt::config{}},
-              {"ours: adaptive, sum-safe (NCCL)", ours_nccl}};
+  } rows[] = {{"TAGC-2 preset (ratio 10)", gt::preset_tagc2()}, {"default: adaptive, OR", gt::config{}},
+              {"default: sum-safe (NCCL)", default_nccl}};
   for (const auto& row : rows) {
     const outcome o = run(row.cfg, g, sum, sum_norm, steps);
     char err_steps[32];
