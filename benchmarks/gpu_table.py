@@ -63,6 +63,12 @@ def section(data, source):
             out.append(f"| {r['codec']} | 2^{r['n'].bit_length() - 1} | {r['compress_us']:.0f} | {r['compress_ratio']:.2f} | "
                        f"{r['accumulate_us']:.0f} | {r['accumulate_ratio']:.2f} | {r['compression']:.1f} | "
                        f"{g(r.get('torch_topk_us'), '.0f')} | {g(r.get('vs_torch_topk'), '.2f')} |")
+        if pb.get("phase_rows"):
+            out += ["", "Phase codecs from Python, one whole step on one rank (collectives left out):", "",
+                    "| codec | n | step us | copies of 4n bytes | bytes sent | device bytes |", "|---|---:|---:|---:|---:|---:|"]
+            for r in pb["phase_rows"]:
+                out.append(f"| {r['codec']} | 2^{r['n'].bit_length() - 1} | {r['step_us']:.0f} | {r['copies']:.1f} | "
+                           f"{r['sent_bytes']} | {r['device_bytes']} |")
     out += ["", "Goals:", ""]
     for name, key, op, bound, what in GOALS:
         v = rows.get(name, {}).get(key)
