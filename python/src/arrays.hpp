@@ -128,6 +128,17 @@ int call_device(const char* call, const A&... arrays) {
 
 inline std::string device_name(int device) { return device < 0 ? "cpu" : "cuda:" + std::to_string(device); }
 
+// A contiguous CUDA byte array (payloads, slots) starting on `align` bytes.
+template <class A>
+std::byte* device_bytes(const A& a, const char* what, std::size_t align) {
+  check_contiguous(a, what);
+  if (a.itemsize() != 1) throw nb::type_error((std::string(what) + ": payloads are uint8 (or int8) arrays").c_str());
+  auto* p = static_cast<std::byte*>(const_cast<void*>(a.data()));
+  if (reinterpret_cast<std::uintptr_t>(p) % align != 0)
+    throw nb::value_error((std::string(what) + ": CUDA payloads must start on an 8-byte boundary").c_str());
+  return p;
+}
+
 // The device states a codec made (TAGC, sharded), for its check(): each latches its steps'
 // errors into its own error word; check() reads and clears every word.
 struct device_checks {

@@ -13,6 +13,7 @@
 #include <memory>
 #include <string>
 #include <type_traits>
+#include <vector>
 
 #include "codec.hpp"
 
@@ -139,6 +140,20 @@ class device_tagc : public device_error_word {
 };
 std::unique_ptr<device_tagc> make_device_tagc(const gc::tagc::config& c, std::size_t n, std::uint32_t world,
                                               std::uint32_t rank, device_stream s);
+
+// One rank's summable cast (summable::cast<Q>, Q the wire type) on a CUDA device: its residual
+// (with feedback) and an error word. The host checks the sizes; the device finds a received
+// buffer whose padding is not zero (a misrouted shard): that receive then writes nothing.
+class device_cast : public device_error_word {
+ public:
+  virtual std::size_t memory_bytes() const = 0;
+  virtual float* residual() const = 0;  // null without feedback
+  // out: `count` codes, the n values then zeros.
+  virtual void encode(const float* grad, std::size_t n, std::byte* out, std::size_t count, device_stream s) = 0;
+  // in: `filled` codes, the first n decoded into out, the rest checked to be zero.
+  virtual void receive(const std::byte* in, std::size_t filled, float* out, std::size_t n, device_stream s) = 0;
+};
+std::unique_ptr<device_cast> make_device_cast(gc::summable::wire_type wire, bool feedback, std::size_t n, device_stream s);
 
 // What the extension was built with (gradcomp.build_info()).
 struct cuda_build {

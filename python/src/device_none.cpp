@@ -22,6 +22,8 @@ std::unique_ptr<device_tagc> make_device_tagc(const gc::tagc::config&, std::size
   no_cuda();
 }
 
+std::unique_ptr<device_cast> make_device_cast(gc::summable::wire_type, bool, std::size_t, device_stream) { no_cuda(); }
+
 cuda_build cuda_build_info() { return {}; }
 void cuda_check_device(int) { no_cuda(); }
 

@@ -50,16 +50,6 @@ struct codec_box {
   }
 };
 
-template <class A>
-std::byte* device_bytes(const A& a, const char* what, std::size_t align) {
-  check_contiguous(a, what);
-  if (a.itemsize() != 1) throw nb::type_error((std::string(what) + ": payloads are uint8 (or int8) arrays").c_str());
-  auto* p = static_cast<std::byte*>(const_cast<void*>(a.data()));
-  if (reinterpret_cast<std::uintptr_t>(p) % align != 0)
-    throw nb::value_error((std::string(what) + ": CUDA payloads must start on an 8-byte boundary").c_str());
-  return p;
-}
-
 void check_state_device(const state_box& st, int device) {
   if (st.device != device)
     throw nb::value_error(("state: made for " + device_name(st.device) + ", the arrays are on " + device_name(device) +

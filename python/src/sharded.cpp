@@ -62,17 +62,6 @@ void check_call_device(const sharded_state_box& s, int device, const char* call)
                               .c_str());
 }
 
-// A contiguous CUDA byte array starting on 8 bytes (slots are read as 8-byte words).
-template <class A>
-std::byte* device_slots(const A& a, const char* what) {
-  check_contiguous(a, what);
-  if (a.itemsize() != 1) throw nb::type_error((std::string(what) + ": slots are uint8 (or int8) arrays").c_str());
-  auto* p = static_cast<std::byte*>(const_cast<void*>(a.data()));
-  if (reinterpret_cast<std::uintptr_t>(p) % 8 != 0)
-    throw nb::value_error((std::string(what) + ": CUDA slots must start on an 8-byte boundary").c_str());
-  return p;
-}
-
 // A CUDA residual (null without feedback) as a tensor of `n` floats, or an empty one.
 nb::object device_floats(float* p, std::size_t n, int device) {
   return nb::cast(nb::ndarray<nb::pytorch, float, nb::ndim<1>>(p, {p ? n : 0}, nb::handle(), {}, nb::dtype<float>(),
@@ -296,7 +285,7 @@ void bind_sharded(nb::module_& m) {
           }
           const void* g = a ? a->data() : nullptr;
           const std::size_t n = a ? a->size() : 0;
-          std::byte* o = device_slots(out, "out");
+          std::byte* o = device_bytes(out, "out", 8);
           const device_stream stream = current_stream(device);
           nb::gil_scoped_release unlocked;
           s.dev->encode(k, g, n, st.grad_type, o, out.size(), stream);
@@ -340,7 +329,7 @@ void bind_sharded(nb::module_& m) {
         const int device = o_arr ? call_device("receive", received, *o_arr) : call_device("receive", received);
         check_call_device(s, device, "receive");
         if (s.dev) {
-          const std::byte* in = device_slots(received, "received");
+          const std::byte* in = device_bytes(received, "received", 8);
           void* o = nullptr;
           std::size_t n = 0;
           gc::dtype t = st.grad_type;

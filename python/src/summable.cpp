@@ -31,10 +31,11 @@ using any_codec = std::variant<gc::tagc::codec, cast_f32, cast_bf16, cast_f16>;
 using any_state = std::variant<gc::tagc::state, gc::summable::rank_state>;
 
 struct phase_state {
-  any_state st;       // a CPU state; for a device state, a tagc::state of its size, world and rank only
+  any_state st;       // a CPU state; for a device TAGC state, a tagc::state of its size, world and rank only
   std::string owner;  // the codec (and config) that made it
-  int device = -1;    // a TAGC state on this CUDA device (dev), or -1
+  int device = -1;    // a state on this CUDA device (dev or cast), or -1
   std::shared_ptr<device_tagc> dev{};
+  std::shared_ptr<device_cast> cast{};  // st then holds the step (and an unused residual)
 };
 
 struct phase_codec {
@@ -43,6 +44,11 @@ struct phase_codec {
   std::string label;  // repr: how it was made and its key configuration
   std::shared_ptr<device_checks> checks = std::make_shared<device_checks>();
 };
+
+template <class Q>
+constexpr gc::summable::wire_type wire_of(const gc::summable::cast<Q>&) {
+  return gc::summable::detail::wire_of<Q>();
+}
 
 template <class S>
 S& state_of(const phase_codec& pc, phase_state& ps) {
@@ -226,6 +232,13 @@ void bind_summable(nb::module_& m) {
                                                                        nb::handle(), {}, nb::dtype<float>(),
                                                                        nb::device::cuda::value, s.device),
                         nb::rv_policy::reference);
+        if (s.cast) {
+          float* e = s.cast->residual();
+          return nb::cast(nb::ndarray<nb::pytorch, float, nb::ndim<1>>(e, {e ? std::get<gc::summable::rank_state>(s.st).size : 0},
+                                                                       nb::handle(), {}, nb::dtype<float>(),
+                                                                       nb::device::cuda::value, s.device),
+                          nb::rv_policy::reference);
+        }
         return std::visit([](auto& x) { return nb::cast(float_view(x.residual), nb::rv_policy::reference); }, s.st);
       }, nb::keep_alive<0, 1>(),
          "The error-feedback residual, ``size`` float32 elements, no copy: a NumPy view of a CPU state (empty "
@@ -257,7 +270,9 @@ void bind_summable(nb::module_& m) {
         return t ? std::make_tuple(t->stats.items, t->stats.peeled, t->stats.rounds) : std::make_tuple(0u, 0u, 0u);
       }, "TAGC: ``(items, peeled, rounds)`` of the last ``receive(1, ...)``: union items in this rank's part, how "
          "many peeled, peeling rounds; zeros for casts. On a CUDA device, reading it waits for the device.")
-      .def_prop_ro("device_bytes", [](const phase_state& s) -> std::size_t { return s.dev ? s.dev->memory_bytes() : 0; },
+      .def_prop_ro("device_bytes", [](const phase_state& s) -> std::size_t {
+        return s.dev ? s.dev->memory_bytes() : s.cast ? s.cast->memory_bytes() : 0;
+      },
                    "Device memory the state holds (state, a step's workspace, its error word); 0 for a CPU state.")
       .def("__repr__", [](const phase_state& s) {
         return std::visit([&](const auto& x) {
@@ -265,6 +280,7 @@ void bind_summable(nb::module_& m) {
           std::string r = "gradcomp.PhaseState(codec='" + kind + "', size=" + std::to_string(x.size) + ", world=" +
                           std::to_string(x.world) + ", rank=" + std::to_string(x.rank);
           if (s.dev) return r + ", device='" + device_name(s.device) + "')";
+          if (s.cast) r += ", device='" + device_name(s.device) + "'";
           r += ", step=" + std::to_string(x.step);
           if (const auto* t = std::get_if<gc::tagc::state>(&s.st)) r += ", rows=" + std::to_string(t->rows);
           return r + ")";
@@ -300,11 +316,22 @@ void bind_summable(nb::module_& m) {
                             nb::handle device) {
         const int dev = device.is_none() ? -1 : parse_device(device);
         if (dev >= 0) {
-          const auto* t = std::get_if<gc::tagc::codec>(&pc.c);
-          if (!t) raise(gc::errc::invalid_argument, "summable casts keep CPU states only; on CUDA tensors use "
-                                                    "Compressor.encode_cast / decode_cast");
           if (!cuda_build_info().cuda) raise(gc::errc::device_error, "this build of gradcomp has no CUDA support");
           cuda_check_device(dev);
+          const auto* t = std::get_if<gc::tagc::codec>(&pc.c);
+          if (!t) {
+            if (world == 0 || rank >= world) raise({gc::errc::invalid_argument, "state needs world >= 1 and rank < world"});
+            return std::visit([&](const auto& c) {
+              using C = std::remove_cvref_t<decltype(c)>;
+              if constexpr (std::is_same_v<C, gc::tagc::codec>) {
+                return phase_state{};  // not reached: TAGC is handled below
+              } else {
+                std::shared_ptr<device_cast> d = make_device_cast(wire_of(c), c.get_config().feedback, n, current_stream(dev));
+                pc.checks->add(d);
+                return phase_state{c.make_state(n, world, rank), pc.identity, dev, nullptr, std::move(d)};
+              }
+            }, pc.c);
+          }
           gc::tagc::state meta;  // size, world and rank: the device state holds the rest
           meta.size = n;
           meta.world = world;
@@ -332,15 +359,14 @@ void bind_summable(nb::module_& m) {
          "    world (int): ranks that reduce their buffers.\n"
          "    rank (int): this rank, ``0 <= rank < world``.\n"
          "    device (torch.device | str | int, optional): ``None`` or ``\"cpu\"`` for a CPU state; a CUDA device\n"
-         "        for a TAGC state in that device's memory, which then takes CUDA tensors only. Its calls run on\n"
-         "        ``torch.cuda.current_stream(device)`` without waiting for the device; the sketch phase is\n"
-         "        padded to its largest size (``describe(1)`` is known before the union), and each shard's\n"
-         "        first ``rows * block`` cells are the CPU's bytes.\n\n"
+         "        for a state in that device's memory, which then takes CUDA tensors only. Its calls run on\n"
+         "        ``torch.cuda.current_stream(device)`` without waiting for the device, and write the CPU's\n"
+         "        bytes, except that TAGC's sketch phase is padded to its largest size (``describe(1)`` is\n"
+         "        known before the union) and only each shard's first ``rows * block`` cells are the CPU's.\n\n"
          "Returns:\n"
          "    PhaseState: step 0, zero residual.\n\n"
          "Raises:\n"
-         "    gradcomp.Error: ``world == 0`` or ``rank >= world``; a device for a summable cast\n"
-         "        (``invalid_argument``) or without CUDA (``device_error``).")
+         "    gradcomp.Error: ``world == 0`` or ``rank >= world``; a device without CUDA (``device_error``).")
       .def("describe", [](const phase_codec& pc, std::size_t k, phase_state& ps) { return describe_dict(describe(pc, k, ps)); },
            nb::arg("k"), nb::arg("state"),
            "Phase ``k`` of this step.\n\n"
@@ -366,13 +392,20 @@ void bind_summable(nb::module_& m) {
       .def("encode", [](const phase_codec& pc, std::size_t k, in_array grad, phase_state& ps, out_array out) {
         const int device = call_device("encode", grad, out);
         check_call_device(ps, device, "encode");
-        if (ps.dev) {
+        if (ps.dev || ps.cast) {
           const gc::summable::phase p = describe(pc, k, ps);
           const auto* g = reinterpret_cast<const float*>(device_data(grad, "grad", 0));
           std::byte* o = device_data(out, "out", p.element_bytes());
+          const std::size_t bytes = out.size() * out.itemsize();
           const device_stream s = current_stream(device);
+          if (ps.cast) {
+            if (grad.size() != std::get<gc::summable::rank_state>(ps.st).size)
+              raise({gc::errc::size_mismatch, "gradient differs from the state's size"});
+            if (bytes != p.bytes()) raise({gc::errc::size_mismatch, "phase buffer differs from describe().bytes()"});
+          }
           nb::gil_scoped_release unlocked;
-          ps.dev->encode(k, g, grad.size(), o, out.size() * out.itemsize(), s);
+          if (ps.cast) ps.cast->encode(g, grad.size(), o, p.count, s);
+          else ps.dev->encode(k, g, grad.size(), o, bytes, s);
           return;
         }
         const auto g = float_span(grad, "grad");
@@ -400,14 +433,27 @@ void bind_summable(nb::module_& m) {
         if (!out.is_none()) o_arr = nb::cast<out_array>(out);
         const int device = o_arr ? call_device("receive", reduced, *o_arr) : call_device("receive", reduced);
         check_call_device(ps, device, "receive");
-        if (ps.dev) {
+        if (ps.dev || ps.cast) {
           const gc::summable::phase p = describe(pc, k, ps);
           const std::byte* in = device_data(reduced, "reduced", p.element_bytes());
           float* o = o_arr ? reinterpret_cast<float*>(device_data(*o_arr, "out", 0)) : nullptr;
           const std::size_t on = o_arr ? o_arr->size() : 0;
+          const std::size_t bytes = reduced.size() * reduced.itemsize();
           const device_stream s = current_stream(device);
+          if (ps.cast) {
+            // summable::cast::receive's size checks, on the host; the padding is checked on the device.
+            const auto& st = std::get<gc::summable::rank_state>(ps.st);
+            const auto got = gc::summable::classify(p, bytes);
+            if (!got) raise(got.error());
+            const bool whole = *got == gc::summable::received::whole;
+            const std::size_t count = whole ? st.size : gc::summable::shard_of(st.size, st.world, st.rank).count;
+            if (on != count) raise({gc::errc::size_mismatch, "output differs from the received range"});
+            nb::gil_scoped_release unlocked;
+            ps.cast->receive(in, whole ? p.count : p.shard_count(), o, count, s);
+            return;
+          }
           nb::gil_scoped_release unlocked;
-          ps.dev->receive(k, in, reduced.size() * reduced.itemsize(), o, on, s);
+          ps.dev->receive(k, in, bytes, o, on, s);
           return;
         }
         const gc::summable::phase p = describe(pc, k, ps);
@@ -442,6 +488,7 @@ void bind_summable(nb::module_& m) {
           using C = std::remove_cvref_t<decltype(c)>;
           c.finish_step(state_of<typename C::state_type>(pc, ps));
         }, pc.c);
+        if (ps.cast) pc.checks->stepped();
       }, nb::arg("state"),
          "Ends the step (advances ``state.step``); call it after the last :meth:`receive`.\n\n"
          "For a device state, every ``check_interval``-th call (of all this codec's device states) runs\n"
