@@ -114,8 +114,8 @@ class device_codec {
 
 // One rank's TAGC state on a CUDA device (gradcomp::cuda::tagc in the padded sketch layout, so
 // that the sketch phase's size is known without waiting for the device), with its own workspace
-// (a step carries the cell index from receive(0) to receive(1)) and a sticky error word that the
-// receives latch the step's report into.
+// (a step carries the cell index from receive(0) to receive(1)) and a sticky error word that
+// finish_step latches the step's report into.
 class device_tagc : public device_error_word {
  public:
   struct report {
@@ -128,7 +128,7 @@ class device_tagc : public device_error_word {
   virtual std::size_t max_phase_bytes() const = 0;
   virtual float* residual() const = 0;
   virtual float* thresholds() const = 0;
-  // Queued on s; argument errors raise at once, data errors land in the error word.
+  // Queued on s; argument errors raise at once, data errors land in the step's report.
   virtual void encode(std::size_t k, const float* grad, std::size_t n, std::byte* out, std::size_t bytes, device_stream s) = 0;
   virtual void receive(std::size_t k, const std::byte* in, std::size_t bytes, float* out, std::size_t n, device_stream s) = 0;
   virtual void finish_step(device_stream s) = 0;

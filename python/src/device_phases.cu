@@ -66,13 +66,14 @@ class tagc_state final : public device_tagc {
     } else {
       raise(gc::errc::invalid_argument, "TAGC has phases 0 (bitmap) and 1 (sketch)");
     }
-    latch_step_kernel<<<1, 1, 0, stream(s)>>>(st_.report(), sticky_);
-    check_cuda(cudaGetLastError(), "latch");
   }
 
+  // The step's report holds its first failure until the next encode(0): latched once per step.
   void finish_step(device_stream s) override {
     device_guard on(device_);
     check(codec_.finish_step(stream(s), st_));
+    latch_step_kernel<<<1, 1, 0, stream(s)>>>(st_.report(), sticky_);
+    check_cuda(cudaGetLastError(), "latch");
   }
 
   report read(device_stream s) const override {
