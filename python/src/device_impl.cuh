@@ -55,6 +55,16 @@ __global__ void latch_report_kernel(const gcu::report* rep, std::uint32_t* stick
 
 constexpr std::size_t round256(std::size_t b) { return (b + 255) / 256 * 256; }
 
+// An error word's code, then cleared (waits for the stream).
+inline std::uint32_t take_sticky(std::uint32_t* sticky, device_stream s) {
+  const auto st = static_cast<cudaStream_t>(s.stream);
+  std::uint32_t code = 0;
+  check_cuda(cudaMemcpyAsync(&code, sticky, sizeof code, cudaMemcpyDeviceToHost, st), "cudaMemcpyAsync");
+  check_cuda(cudaStreamSynchronize(st), "cudaStreamSynchronize");
+  if (code != 0) check_cuda(cudaMemsetAsync(sticky, 0, sizeof code, st), "cudaMemsetAsync");
+  return code;
+}
+
 // One rank's sharded-path state of compressor C on a device: one allocation holds the state,
 // the workspace of every call and the error word.
 template <class C>
@@ -108,11 +118,7 @@ class device_sharded_impl final : public device_sharded {
 
   std::uint32_t take_error(device_stream s) override {
     device_guard on(device_);
-    std::uint32_t code = 0;
-    check_cuda(cudaMemcpyAsync(&code, sticky_, sizeof code, cudaMemcpyDeviceToHost, stream(s)), "cudaMemcpyAsync");
-    check_cuda(cudaStreamSynchronize(stream(s)), "cudaStreamSynchronize");
-    if (code != 0) check_cuda(cudaMemsetAsync(sticky_, 0, sizeof code, stream(s)), "cudaMemsetAsync");
-    return code;
+    return take_sticky(sticky_, s);
   }
   std::uint64_t step(device_stream s) const override {
     device_guard on(device_);

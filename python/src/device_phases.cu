@@ -88,11 +88,7 @@ class tagc_state final : public device_tagc {
 
   std::uint32_t take_error(device_stream s) override {
     device_guard on(device_);
-    std::uint32_t code = 0;
-    check_cuda(cudaMemcpyAsync(&code, sticky_, sizeof code, cudaMemcpyDeviceToHost, stream(s)), "cudaMemcpyAsync");
-    check_cuda(cudaStreamSynchronize(stream(s)), "cudaStreamSynchronize");
-    if (code != 0) check_cuda(cudaMemsetAsync(sticky_, 0, sizeof code, stream(s)), "cudaMemsetAsync");
-    return code;
+    return take_sticky(sticky_, s);
   }
 
   void download(gc::tagc::state& host, device_stream s) const override {
@@ -179,11 +175,7 @@ class cast_state final : public device_cast {
   }
   std::uint32_t take_error(device_stream s) override {
     device_guard on(device_);
-    std::uint32_t code = 0;
-    check_cuda(cudaMemcpyAsync(&code, sticky(), sizeof code, cudaMemcpyDeviceToHost, stream(s)), "cudaMemcpyAsync");
-    check_cuda(cudaStreamSynchronize(stream(s)), "cudaStreamSynchronize");
-    if (code != 0) check_cuda(cudaMemsetAsync(sticky(), 0, sizeof code, stream(s)), "cudaMemsetAsync");
-    return code;
+    return take_sticky(sticky(), s);
   }
 
  private:

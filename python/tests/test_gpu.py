@@ -218,6 +218,24 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
+def _fit(net, steps, rank=0, world=1):
+    """SGD with momentum on the test task's batches (rank r of W draws batch step * W + r), on
+    CUDA: the losses."""
+    from gradcomp import testing
+
+    opt = torch.optim.SGD(net.parameters(), lr=0.1, momentum=0.9)
+    task = testing.MarkovTask()
+    losses = []
+    for step in range(steps):
+        x, y = task.batch(step * world + rank, 8, 32)
+        loss = torch.nn.functional.cross_entropy(net(x.cuda()).flatten(0, 1), y.cuda().flatten())
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())
+    return losses
+
+
 @pytest.fixture
 def nccl_group():
     import torch.distributed as dist
@@ -249,16 +267,7 @@ def test_ddp_hook_trains_on_nccl(nccl_group, codec, options):
         if hooked:
             state = ddp.HookState(model, codec, **options)
             net.register_comm_hook(state, ddp.compress_hook)
-        opt = torch.optim.SGD(net.parameters(), lr=0.1, momentum=0.9)
-        task = testing.MarkovTask()
-        losses = []
-        for step in range(60):
-            x, y = task.batch(step, 8, 32)
-            loss = torch.nn.functional.cross_entropy(net(x.cuda()).flatten(0, 1), y.cuda().flatten())
-            opt.zero_grad()
-            loss.backward()
-            opt.step()
-            losses.append(loss.item())
+        losses = _fit(net, 60)
         return losses, state, model
 
     plain, _, _ = run(False)
@@ -557,17 +566,7 @@ def _train_cuda(hook: str, steps: int = 60):
     if hook == "tagc":
         state = ddp.TagcHookState(model, density=0.1)
         net.register_comm_hook(state, ddp.tagc_hook)
-    opt = torch.optim.SGD(net.parameters(), lr=0.1, momentum=0.9)
-    task = testing.MarkovTask()
-    losses = []
-    for step in range(steps):
-        x, y = task.batch(step, 8, 32)
-        loss = torch.nn.functional.cross_entropy(net(x.cuda()).flatten(0, 1), y.cuda().flatten())
-        opt.zero_grad()
-        loss.backward()
-        opt.step()
-        losses.append(loss.item())
-    return losses, state, model
+    return _fit(net, steps), state, model
 
 
 @gpu
@@ -607,16 +606,7 @@ def test_fsdp2_trains_on_one_gpu(nccl_group, codec):
         fully_shard(net)
         options = {"density": 0.1} if codec in ("tagc", "topk") else {}
         owner = fsdp.attach(net, codec, **options) if codec else None
-        opt = torch.optim.SGD(net.parameters(), lr=0.1, momentum=0.9)
-        task = testing.MarkovTask()
-        losses = []
-        for step in range(60):
-            x, y = task.batch(step, 8, 32)
-            loss = torch.nn.functional.cross_entropy(net(x.cuda()).flatten(0, 1), y.cuda().flatten())
-            opt.zero_grad()
-            loss.backward()
-            opt.step()
-            losses.append(loss.item())
+        losses = _fit(net, 60)
         return losses, owner
 
     plain, _ = run(None)
@@ -646,16 +636,7 @@ def _gloo_on_cuda(rank, world, hook):
     else:
         state = ddp.HookState(model, hook)
         net.register_comm_hook(state, ddp.compress_hook)
-    opt = torch.optim.SGD(net.parameters(), lr=0.1, momentum=0.9)
-    task = testing.MarkovTask()
-    losses = []
-    for step in range(20):
-        x, y = task.batch(step * world + rank, 8, 32)
-        loss = torch.nn.functional.cross_entropy(net(x.cuda()).flatten(0, 1), y.cuda().flatten())
-        opt.zero_grad()
-        loss.backward()
-        opt.step()
-        losses.append(loss.item())
+    losses = _fit(net, 20, rank, world)
     same = all(dist_util.all_same(p.data.cpu()) for p in model.parameters())
     return {"losses": losses, "same": same, "calls": state.calls}
 
@@ -833,16 +814,7 @@ def _nccl_rank(rank, world, port, kind, codec, out):
                 net.register_comm_hook(ddp.TagcHookState(model, **options), ddp.tagc_hook)
             else:
                 net.register_comm_hook(ddp.HookState(model, codec, path=kind, **options), ddp.compress_hook)
-        opt = torch.optim.SGD(net.parameters(), lr=0.1, momentum=0.9)
-        task = testing.MarkovTask()
-        losses = []
-        for step in range(30):
-            x, y = task.batch(step * world + rank, 8, 32)
-            loss = torch.nn.functional.cross_entropy(net(x.cuda()).flatten(0, 1), y.cuda().flatten())
-            opt.zero_grad()
-            loss.backward()
-            opt.step()
-            losses.append(loss.item())
+        losses = _fit(net, 30, rank, world)
         same = kind == "fsdp" or all(dist_util.all_same(p.data) for p in model.parameters())
         if rank == 0:
             torch.save({"losses": losses, "same": same}, out)
