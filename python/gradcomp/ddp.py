@@ -724,8 +724,8 @@ def tagc_hook(state: TagcHookState, bucket: dist.GradBucket) -> torch.futures.Fu
     On CUDA gradients the states live on the device and nothing waits for it: on NCCL the
     wait for the bitmap is a stream dependency, and the sketch buffer has its padded size
     (:meth:`gradcomp.PhaseCodec.make_state`). Errors the device finds in a reduced buffer are
-    raised by ``state.codec.check()``, every ``state.codec.check_interval`` steps, and by
-    :meth:`state_dict`.
+    raised by ``state.codec.check()``, which also runs every ``state.codec.check_interval``
+    steps of the states together and in :meth:`state_dict`.
 
     Args:
         state (TagcHookState): the TAGC codec and the per-parameter states.
