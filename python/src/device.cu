@@ -71,8 +71,8 @@ void device_context::latch(device_stream s) {
     std::lock_guard hold(impl_->lock);
     control = impl_->streams.at({s.device, s.stream}).control.get();
   }
-  latch_report_kernel<><<<1, 1, 0, static_cast<cudaStream_t>(s.stream)>>>(reinterpret_cast<const gcu::report*>(control),
-                                                                  reinterpret_cast<std::uint32_t*>(control + 64));
+  latch_kernel<><<<1, 1, 0, static_cast<cudaStream_t>(s.stream)>>>(&reinterpret_cast<const gcu::report*>(control)->code,
+                                                           reinterpret_cast<std::uint32_t*>(control + 64));
   check_cuda(cudaGetLastError(), "latch");
   if (interval != 0 && calls % interval == 0) check();
 }

@@ -47,10 +47,10 @@ __global__ void decode_cast_kernel(const typename Q::code_type* codes, float* ds
   for (std::size_t i = blockIdx.x * std::size_t{blockDim.x} + threadIdx.x; i < n; i += std::size_t{gridDim.x} * blockDim.x)
     dst[i] = add ? gc::canonical_nan(dst[i] + Q::decode(qc, m, codes[i])) : Q::decode(qc, m, codes[i]);
 }
-// sticky = the first failing report's code, in stream order.
+// sticky = the first failing call's code (a report's or a gate's), in stream order.
 template <class = void>
-__global__ void latch_report_kernel(const gcu::report* rep, std::uint32_t* sticky) {
-  if (*sticky == 0 && rep->code != 0) *sticky = rep->code;
+__global__ void latch_kernel(const std::uint32_t* code, std::uint32_t* sticky) {
+  if (*sticky == 0 && *code != 0) *sticky = *code;
 }
 
 constexpr std::size_t round256(std::size_t b) { return (b + 255) / 256 * 256; }
@@ -112,7 +112,7 @@ class device_sharded_impl final : public device_sharded {
     const std::span<const std::byte> i(in, bytes);
     if (t == gc::dtype::f32) check(codec_.template receive<float>(ex, k, st_, i, {static_cast<float*>(out), n}));
     else check(codec_.template receive<gc::bf16_t>(ex, k, st_, i, {static_cast<gc::bf16_t*>(out), n}));
-    latch_report_kernel<><<<1, 1, 0, stream(s)>>>(st_.outcome, sticky_);
+    latch_kernel<><<<1, 1, 0, stream(s)>>>(&st_.outcome->code, sticky_);
     check_cuda(cudaGetLastError(), "latch");
   }
 

@@ -13,11 +13,6 @@ namespace {
 
 namespace gtc = gradcomp::cuda::tagc;
 
-// sticky = the first failing step's code, in stream order (the next encode(0) clears the report).
-__global__ void latch_step_kernel(const gc::tagc::step_report* rep, std::uint32_t* sticky) {
-  if (*sticky == 0 && rep->code != 0) *sticky = rep->code;
-}
-
 class tagc_state final : public device_tagc {
  public:
   tagc_state(const gc::tagc::config& c, std::size_t n, std::uint32_t world, std::uint32_t rank, device_stream s)
@@ -72,7 +67,7 @@ class tagc_state final : public device_tagc {
   void finish_step(device_stream s) override {
     device_guard on(device_);
     check(codec_.finish_step(stream(s), st_));
-    latch_step_kernel<<<1, 1, 0, stream(s)>>>(st_.report(), sticky_);
+    latch_kernel<><<<1, 1, 0, stream(s)>>>(&st_.report()->code, sticky_);
     check_cuda(cudaGetLastError(), "latch");
   }
 
@@ -140,11 +135,6 @@ __global__ void cast_decode_kernel(const typename Q::code_type* in, float* out, 
   for (std::size_t j = blockIdx.x * std::size_t{blockDim.x} + threadIdx.x; j < n; j += std::size_t{gridDim.x} * blockDim.x)
     out[j] = Q::decode({}, {}, in[j]);
 }
-// sticky = the first gate that failed.
-__global__ void latch_gate_kernel(const std::uint32_t* gate, std::uint32_t* sticky) {
-  if (*sticky == 0 && *gate != 0) *sticky = *gate;
-}
-
 template <class Q>
 class cast_state final : public device_cast {
  public:
@@ -170,7 +160,7 @@ class cast_state final : public device_cast {
     check_cuda(cudaMemsetAsync(gate(), 0, sizeof(std::uint32_t), stream(s)), "cudaMemsetAsync");
     cast_check_kernel<Q><<<cast_grid(filled - n), 256, 0, stream(s)>>>(c, n, filled, gate());
     cast_decode_kernel<Q><<<cast_grid(n), 256, 0, stream(s)>>>(c, out, n, gate());
-    latch_gate_kernel<<<1, 1, 0, stream(s)>>>(gate(), sticky());
+    latch_kernel<><<<1, 1, 0, stream(s)>>>(gate(), sticky());
     check_cuda(cudaGetLastError(), "receive");
   }
   std::uint32_t take_error(device_stream s) override {
