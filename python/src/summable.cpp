@@ -186,6 +186,20 @@ gc::tagc::state host_copy(const gc::tagc::codec& c, const phase_state& ps, bool 
   return h;
 }
 
+// Runs a checkpoint restore on the state: a CPU state in place; a device state through a fresh
+// host state, uploaded only when the restore succeeds (the state is unchanged otherwise).
+template <class F>
+void restore_tagc(const phase_codec& pc, phase_state& ps, F restore) {
+  if (!ps.dev) {
+    check(restore(state_of<gc::tagc::state>(pc, ps)));
+    return;
+  }
+  describe(pc, 0, ps);  // the owner check
+  gc::tagc::state h = host_copy(tagc_of(pc), ps, false);
+  check(restore(h));
+  ps.dev->upload(h, current_stream(ps.device));
+}
+
 phase_codec make_tagc(const std::string& preset, const nb::kwargs& kw) {
   const gc::tagc::codec c(tagc_config(preset, to_options(kw)));
   const nb::dict cfg = to_dict(tagc_options(c.get_config()));
@@ -527,14 +541,7 @@ void bind_summable(nb::module_& m) {
       .def("load_checkpoint", [](const phase_codec& pc, phase_state& ps, nb::bytes b) {
         const auto& c = tagc_of(pc);
         const std::span<const std::byte> data{static_cast<const std::byte*>(b.data()), b.size()};
-        if (ps.dev) {
-          describe(pc, 0, ps);
-          gc::tagc::state h = host_copy(c, ps, false);
-          check(gc::tagc::load_checkpoint(c, data, h));
-          ps.dev->upload(h, current_stream(ps.device));
-          return;
-        }
-        check(gc::tagc::load_checkpoint(c, data, state_of<gc::tagc::state>(pc, ps)));
+        restore_tagc(pc, ps, [&](gc::tagc::state& st) { return gc::tagc::load_checkpoint(c, data, st); });
       }, nb::arg("state"), nb::arg("data"),
          "TAGC: restores :meth:`checkpoint` bytes of the same world size and rank into ``state``.\n\n"
          "Raises:\n"
@@ -544,14 +551,7 @@ void bind_summable(nb::module_& m) {
         const auto& c = tagc_of(pc);
         std::vector<std::span<const std::byte>> views;
         for (const nb::bytes& b : saved) views.emplace_back(static_cast<const std::byte*>(b.data()), b.size());
-        if (ps.dev) {
-          describe(pc, 0, ps);
-          gc::tagc::state h = host_copy(c, ps, false);
-          check(gc::tagc::restore_elastic(c, views, h));
-          ps.dev->upload(h, current_stream(ps.device));
-          return;
-        }
-        check(gc::tagc::restore_elastic(c, views, state_of<gc::tagc::state>(pc, ps)));
+        restore_tagc(pc, ps, [&](gc::tagc::state& st) { return gc::tagc::restore_elastic(c, views, st); });
       }, nb::arg("state"), nb::arg("saved"),
          "TAGC: restores this rank from the checkpoints of every rank of a run of any world size.\n\n"
          "The residuals' sum over the saved ranks is kept, re-sliced by the new shards: ``state`` holds its\n"
