@@ -23,7 +23,7 @@ struct outcome {
   std::size_t scanned;
 };
 
-outcome run(const std::vector<std::uint32_t>& keys, std::size_t k) {
+outcome run(const std::vector<std::uint32_t>& keys, std::size_t k, bool misleading_sample = false) {
   const std::size_t n = keys.size();
   std::vector<std::uint64_t> ws(cpu::detail::topk_selector::workspace_bytes(n) / 8 + 1);
   std::vector<std::uint32_t> out(k + 1);
@@ -33,7 +33,7 @@ outcome run(const std::vector<std::uint32_t>& keys, std::size_t k) {
   std::size_t ahead_calls = 0;
   const auto key = [&](std::size_t i) { return keys[i]; };
   sel.select(
-      key,
+      [&](std::size_t i) { return misleading_sample ? 0u : keys[i]; },
       [&](std::size_t i) {
         in_order &= i == expect_next++;
         ++scanned;
@@ -86,4 +86,27 @@ TEST_CASE("k = 0 and k = n still scan every element") {
   const auto all = run(keys, 1000);
   CHECK(all.scanned == 1000);
   CHECK(all.indices == reference_topk(keys, 1000));
+}
+
+TEST_CASE("compact: small inputs take 20 bytes per element, exact even when the sample misleads") {
+  using sel = cpu::detail::topk_selector;
+  CHECK(sel::workspace_bytes(1000) == 20000);
+  CHECK(sel::workspace_bytes(sel::compact_max) == 20 * sel::compact_max);
+  CHECK(sel::workspace_bytes(sel::compact_max + 1) > 256 * 1024);  // the histogram from here on
+  for (std::size_t n : {std::size_t{3}, std::size_t{777}, sel::compact_max}) {
+    const auto keys = keys_of(test::heavy_tailed(n, 24));
+    const std::vector<std::uint32_t> equal(n, 0x3f800000u);
+    for (std::size_t k : {std::size_t{1}, n / 3, n - 1}) {
+      CAPTURE(n);
+      CAPTURE(k);
+      for (const auto* in : {&keys, &equal}) {
+        const auto r = run(*in, k);
+        CHECK(!r.fallback);
+        CHECK(r.indices == reference_topk(*in, k));
+      }
+      const auto fooled = run(keys, k, true);  // sample keys that are not the scanned ones
+      CHECK(fooled.fallback);
+      CHECK(fooled.indices == reference_topk(keys, k));
+    }
+  }
 }

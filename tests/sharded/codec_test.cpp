@@ -8,6 +8,7 @@
 
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <vector>
@@ -247,6 +248,26 @@ TEST_CASE("sharded: an all-reduce sends about 2 (W - 1) / W of one gather-path p
     const std::size_t sharded = (world - 1) * (c.describe(0, st)->slot_bytes + c.describe(1, st)->slot_bytes);
     const std::size_t gather = (world - 1) * payload;  // a ring all-gather of every rank's payload
     CHECK(static_cast<double>(sharded) <= 1.02 * 2.0 / world * static_cast<double>(gather) + 4096.0 * world);
+  }
+}
+
+TEST_CASE("sharded: a rank's states share one workspace, so its memory does not grow with the world size") {
+  const std::size_t n = 1 << 20;
+  const topk_ef comp({.sparsify = {.density = 0.01}});
+  const sh::codec<topk_ef> c(comp, sh::mode::all_reduce);
+  for (std::uint32_t world : {2u, 8u, 64u}) {
+    CAPTURE(world);
+    typename sh::codec<topk_ef>::state st;
+    REQUIRE(c.make_state(n, world, 1, st).ok());
+    std::size_t need = 0, residuals = st.owner.residual.size();
+    for (std::uint32_t j = 0; j < world; ++j) {
+      need = std::max(need, comp.workspace_bytes(summable::shard_of(n, world, j).count));
+      residuals += st.send[j].residual.size();
+      CHECK(st.send[j].workspace.capacity() == 0);
+    }
+    CHECK(st.owner.workspace.capacity() == 0);
+    CHECK(st.workspace.size() == need);
+    CHECK(residuals == n + summable::shard_of(n, world, 1).count);
   }
 }
 

@@ -23,6 +23,7 @@ struct sharded_state {
   std::vector<gradcomp::state> send;  // W: this rank's state per destination shard
   gradcomp::state owner;              // all-reduce: the re-encoding of this rank's reduced shard
   std::vector<float> sum;             // the reduced shard, fp32 (scratch)
+  std::vector<std::byte> workspace;   // the W + 1 states' selection scratch, lent to each in turn
   sharded::stage at = sharded::stage::encode_scatter;
 };
 
@@ -44,7 +45,9 @@ struct sharded_executor {
     if (!values.empty()) {
       gradcomp::state& s = shard < st.world ? st.send[shard] : st.owner;
       s.step = st.step;  // the frames carry the sharded step
+      s.workspace.swap(st.workspace);
       const result<std::size_t> w = c.template compress<T>(values, s, slot.subspan(sharded::slot_head_bytes));
+      s.workspace.swap(st.workspace);
       if (!w) return w.error();
       used = *w;
     }

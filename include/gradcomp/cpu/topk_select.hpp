@@ -56,9 +56,15 @@ class topk_selector {
   static constexpr std::size_t high_bins = std::size_t{1} << 16;
   static constexpr std::size_t low_bins = std::size_t{1} << 15;
 
-  static constexpr std::size_t candidate_capacity(std::size_t n) { return n / 32 + 4096; }
+  // Up to compact_max elements the sample is the whole input and the candidates can hold all
+  // of it, so there is no radix fallback and no histogram: 20 bytes per element rather than
+  // about 450 KiB, which every small tensor's state (biases, norms, the shards of the sharded
+  // path at large world sizes) would otherwise hold.
+  static constexpr std::size_t compact_max = std::size_t{1} << 14;
+  static constexpr bool compact(std::size_t n) { return n <= compact_max; }
+  static constexpr std::size_t candidate_capacity(std::size_t n) { return compact(n) ? n : n / 32 + 4096; }
   static constexpr std::size_t workspace_bytes(std::size_t n) {
-    return high_bins * 4 + sample_size * 4 + 2 * candidate_capacity(n) * 8;
+    return 2 * candidate_capacity(n) * 8 + (compact(n) ? n * 4 : high_bins * 4 + sample_size * 4);
   }
 
   // `workspace` must hold workspace_bytes(n) bytes, 8-byte aligned.
@@ -66,8 +72,9 @@ class topk_selector {
       : n_(n), k_(k), cap_(candidate_capacity(n)) {
     auto* base = workspace.data();
     candidates_ = reinterpret_cast<std::uint64_t*>(base);
-    hist_ = reinterpret_cast<std::uint32_t*>(base + 2 * cap_ * 8);
-    sample_ = hist_ + high_bins;
+    auto* after = reinterpret_cast<std::uint32_t*>(base + 2 * cap_ * 8);
+    hist_ = compact(n) ? nullptr : after;
+    sample_ = compact(n) ? after : after + high_bins;
   }
 
   // sample_key(i): key of element i without side effects (called for sampled i, any order).
@@ -86,7 +93,14 @@ class topk_selector {
     bracket(sample_key);
     scan(scan_key, out, ahead);
     used_fallback_ = !(definite_ < k_ && definite_ + candidates_found_ >= k_ && candidates_found_ <= cap_);
-    if (used_fallback_) {
+    if (used_fallback_ && hist_ == nullptr) {
+      // Compact: the bracket is exact when sample_key and scan_key agree, so this runs only
+      // when they do not; every element is then a candidate.
+      for (std::size_t i = 0; i < n_; ++i) candidates_[i] = pack(key_at(i), i);
+      definite_ = 0;
+      candidates_found_ = n_;
+      finish_from_candidates(out);
+    } else if (used_fallback_) {
       radix_select(key_at, out);
     } else {
       finish_from_candidates(out);

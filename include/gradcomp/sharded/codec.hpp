@@ -63,6 +63,14 @@ class codec {
     for (std::uint32_t j = 0; j < world; ++j) s.send.push_back(sender().make_state(summable::shard_of(n, world, j).count));
     const std::size_t mine = summable::shard_of(n, world, rank).count;
     if (get_mode() == mode::all_reduce) s.owner = owner().make_state(mine);
+    // The states compress one at a time, so they share the largest workspace: W of them each
+    // holding one would grow a rank's memory with the world size.
+    const auto share = [&s](gradcomp::state& x) {
+      if (x.workspace.size() > s.workspace.size()) s.workspace.swap(x.workspace);
+      x.workspace = std::vector<std::byte>();
+    };
+    for (gradcomp::state& x : s.send) share(x);
+    share(s.owner);
     s.sum.assign(mine, 0.0f);
     st = std::move(s);
     return {};
