@@ -111,7 +111,7 @@ class Wrapped:
     def _momentum(self, bucket):
         st, world = self.inner, self.inner.world()
         grads = [g.view(-1) for g in bucket.gradients()]
-        names = [st._name(p) for p in bucket.parameters()]
+        names = [st.name_of(p) for p in bucket.parameters()]
         checks = []
         for g, name in zip(grads, names):
             u = self.u.get(name)
@@ -127,7 +127,7 @@ class Wrapped:
                 ss = st.sharded_states[name]
                 parts = []
                 for j in range(world):
-                    first, count = ddp._shard(g.numel(), world, j)
+                    first, count = ddp.shard_of(g.numel(), world, j)
                     if count:
                         e = torch.from_numpy(ss.sender_residual(j))
                         parts.append((first, e, e.clone(), u[first:first + count] / world))
@@ -139,7 +139,7 @@ class Wrapped:
             buf, world = bucket.buffer(), self.inner.world()
             if self.dgc is not None:  # plain momentum, u = m u + g, on every parameter
                 for g, p in zip(bucket.gradients(), bucket.parameters()):
-                    name = self.inner._name(p)
+                    name = self.inner.name_of(p)
                     u = self.u.setdefault(name, torch.zeros_like(g.view(-1)))
                     g.view(-1).copy_(u.mul_(self.dgc).add_(g.view(-1)))
             buf.div_(world)

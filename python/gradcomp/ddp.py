@@ -60,7 +60,7 @@ from ._core import Compressor, Sharded
 from ._gather import gather_blobs
 from .tagc import TagcStates
 
-__all__ = ["HookState", "TagcHookState", "compress_hook", "tagc_hook"]
+__all__ = ["HookState", "TagcHookState", "compress_hook", "shard_of", "tagc_hook"]
 
 _WIRE_DTYPE = {"bf16": torch.bfloat16, "fp16": torch.float16}
 _FORMAT = 2  # 1: gather-path states only (still read)
@@ -87,7 +87,7 @@ def _grad_dtype(p: torch.Tensor) -> torch.dtype:
     return torch.bfloat16 if p.dtype == torch.bfloat16 else torch.float32
 
 
-def _shard(n: int, world: int, rank: int):
+def shard_of(n: int, world: int, rank: int):
     """(offset, count) of shard ``rank`` of ``n`` elements over ``world`` (summable::shard_of)."""
     size = -(-n // world)
     first = min(n, rank * size)
@@ -399,7 +399,7 @@ class HookState:
             tmp = self.sharded.make_state(n, old, r, dtype)
             self.sharded.load_checkpoint(tmp, blob.numpy().tobytes())
             for j in range(old):
-                off, count = _shard(n, old, j)
+                off, count = shard_of(n, old, j)
                 if count and tmp.sender_residual(j).shape[0]:
                     owed[off:off + count] += np.asarray(tmp.sender_residual(j))
             off, count = tmp.shard
@@ -422,7 +422,8 @@ class HookState:
         if count and mine.shape[0]:
             mine[:] = owed[off:off + count].astype(np.float32)
 
-    def _name(self, p: torch.Tensor) -> str:
+    def name_of(self, p: torch.Tensor) -> str:
+        """The name of parameter p in the model the state was made for (RuntimeError if it has none)."""
         try:
             return self._names[p.data_ptr()]
         except KeyError:
@@ -593,7 +594,7 @@ def _compressed(state: HookState, bucket) -> torch.futures.Future:
     pg, world = state.process_group, state.world()
     c = state.compressor
     grads = [g.view(-1) for g in bucket.gradients()]
-    names = tuple(state._name(p) for p in bucket.parameters())
+    names = tuple(state.name_of(p) for p in bucket.parameters())
     plan = state._plans.get(names)
     if plan is None:
         plan = state._plans[names] = _Plan(state, names, grads)
@@ -693,7 +694,7 @@ class TagcHookState(TagcStates):
                 self.states[_strip(name)] = self.codec.make_state(p.numel(), world, rank, p.device if p.is_cuda else None)
         self._plans = {}  # bucket parameter names -> _TagcPlan
 
-    _name = HookState._name
+    name_of = HookState.name_of
 
 
 class _TagcPlan:
@@ -750,7 +751,7 @@ def tagc_hook(state: TagcHookState, bucket: dist.GradBucket) -> torch.futures.Fu
     if buf.dtype != torch.float32:
         raise TypeError("gradcomp.ddp.tagc_hook: float32 buckets expected")
     grads = [g.view(-1) for g in bucket.gradients()]
-    names = tuple(state._name(p) for p in bucket.parameters())
+    names = tuple(state.name_of(p) for p in bucket.parameters())
     plan = state._plans.get(names)
     if plan is None:
         plan = state._plans[names] = _TagcPlan(state, names, grads)
