@@ -112,7 +112,7 @@ def test_reprs_show_codec_config_sizes_and_step():
 
 def test_one_hook_per_algorithm_and_wrong_states_raise():
     assert not hasattr(ddp, "hook")
-    assert set(ddp.__all__) == {"HookState", "TagcHookState", "compress_hook", "tagc_hook"}
+    assert set(ddp.__all__) == {"HookState", "TagcHookState", "compress_hook", "shard_of", "tagc_hook"}
     model = torch.nn.Linear(64, 64)
     hs = ddp.HookState(model, "int8")
     with pytest.raises(TypeError, match=r"tagc_hook expects a gradcomp\.ddp\.TagcHookState.*got HookState"):
