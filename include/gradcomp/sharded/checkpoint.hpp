@@ -178,18 +178,20 @@ status restore_elastic(const codec<C>& c, std::span<const std::span<const std::b
     std::fill(s.thresholds.begin(), s.thresholds.end(), 0.0f);
   }
   gradcomp::state& own = next.send[st.rank];  // this rank's sender state of its own new shard
-  for (std::uint32_t r = 0; r < old_world; ++r)
-    for (std::uint32_t j = 0; j < old_world; ++j) {
-      const chunk_range old = summable::shard_of(st.size, old_world, j);
-      gradcomp::state saved_state = c.sender().make_state(old.count);
+  for (std::uint32_t j = 0; j < old_world; ++j) {
+    // One scratch state per old shard, which every saved rank's record of that shard loads into.
+    const chunk_range old = summable::shard_of(st.size, old_world, j);
+    gradcomp::state saved_state = c.sender().make_state(old.count);
+    const std::size_t lo = std::max(old.offset, mine.offset), hi = std::min(old.offset + old.count, mine.offset + mine.count);
+    for (std::uint32_t r = 0; r < old_world; ++r) {
       if (status s = gradcomp::load_checkpoint(ranks[r].records[j], c.sender().codec_id(), saved_state); !s) return s;
       // The part of old shard j that lies in this rank's new shard, added in saved rank order.
-      const std::size_t lo = std::max(old.offset, mine.offset), hi = std::min(old.offset + old.count, mine.offset + mine.count);
       for (std::size_t e = lo; e < hi; ++e) {
         if (!own.residual.empty()) own.residual[e - mine.offset] += saved_state.residual[e - old.offset];
         if (!own.momentum.empty()) own.momentum[e - mine.offset] += saved_state.momentum[e - old.offset];
       }
     }
+  }
   if (detail::has_owner(c)) {
     std::fill(next.owner.thresholds.begin(), next.owner.thresholds.end(), 0.0f);
     for (std::uint32_t r = 0; r < old_world; ++r) {
