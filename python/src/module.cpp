@@ -118,7 +118,8 @@ options to_options(const nb::kwargs& kw) {
 
 nb::dict to_dict(const options& o) {
   nb::dict d;
-  for (const auto& [k, v] : o) std::visit([&](const auto& x) { d[k.c_str()] = x; }, v);
+  // Not a structured binding: clang before 16 cannot capture one in a lambda.
+  for (const auto& kv : o) std::visit([&](const auto& x) { d[kv.first.c_str()] = x; }, kv.second);
   return d;
 }
 

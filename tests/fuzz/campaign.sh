@@ -13,7 +13,8 @@
 #   --no-coverage  skip the coverage build and report
 #   --python PY    also run tests/fuzz/python_mutation.py with the interpreter PY (gradcomp and
 #                  torch importable; env GRADCOMP_FUZZ_PYTHON): RUNS executions per Python entry
-#                  point, JOBS entry points at once, each in a worker process
+#                  point, JOBS entry points at once, each in a worker process; and, unless
+#                  --no-coverage, its line coverage (tests/fuzz/python_coverage.sh)
 #   TARGET...      only these targets (default: every *_fuzz executable in build/fuzz)
 # Env: GRADCOMP_FUZZ_MAX_SECONDS  a time limit per target (and Python entry point) on top of RUNS (default: none);
 #      GRADCOMP_FUZZ_COVERAGE_BUILD  the coverage build folder (default build/fuzz-coverage);
@@ -51,7 +52,7 @@ BUILD=1
 COVERAGE=1
 ONLY=()
 
-usage() { sed -n '7,20p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//' >&2; exit "${1:-2}"; }
+usage() { sed -n '7,22p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//' >&2; exit "${1:-2}"; }
 while [[ $# -gt 0 ]]; do
   case "$1" in
     -n) RUNS="${2:?}"; shift 2 ;;
@@ -146,6 +147,13 @@ if [[ -n "${PYTHON}" ]]; then
   "${PYTHON}" tests/fuzz/python_mutation.py --runs "${RUNS}" "${py_limit[@]}" -j "${JOBS}" \
     --crash-dir "${OUT}/crashes/python" --out "${OUT}/python.md" >"${OUT}/logs/python.log" 2>&1 || PY_RC=$?
   echo "   done in $((SECONDS - start))s, status ${PY_RC} (0: no property violation; see python.md)"
+  if [[ ${COVERAGE} == 1 ]]; then
+    # Its coverage: an instrumented extension, the first executions of each entry point's sequence.
+    py_cov_runs=$((RUNS < 100000 ? RUNS : 100000))
+    echo "-- Python entry points' line coverage (tests/fuzz/python_coverage.sh, ${py_cov_runs} executions each)"
+    tests/fuzz/python_coverage.sh "${PYTHON}" -n "${py_cov_runs}" -o "${OUT}/coverage/python" \
+      >"${OUT}/logs/python-coverage.log" 2>&1 || echo "   (python_coverage.sh exited with status $?: see logs/python-coverage.log)"
+  fi
 fi
 
 # --- Coverage: the targets built with clang's source-based coverage, the final corpus replayed.
@@ -178,37 +186,7 @@ if [[ ${COVERAGE} == 1 ]]; then
   # Line coverage from the lcov records: each target's, and all targets' together (a line counts
   # once, covered if any target ran it). One merged profile would not do: the targets' binaries
   # disagree on some functions' hashes (LLVMFuzzerTestOneInput first), and llvm-cov drops those.
-  python3 - "${OUT}/coverage" "${ROOT}/" "${names[@]}" <<'EOF'
-import sys
-folder, root, names = sys.argv[1], sys.argv[2], sys.argv[3:]
-def lines(path):
-    got, src = {}, None
-    for rec in open(path):
-        if rec.startswith("SF:"):
-            src = rec[3:].strip().removeprefix(root)
-        elif rec.startswith("DA:"):
-            line, count = rec[3:].split(",")[:2]
-            key = (src, int(line))
-            got[key] = got.get(key, False) or int(count) > 0
-    return got
-def share(got):
-    hit = sum(got.values())
-    return "%.1f%% (%d / %d)" % (100.0 * hit / max(1, len(got)), hit, len(got))
-union = {}
-for name in names:
-    got = lines(f"{folder}/{name}.lcov")
-    open(f"{folder}/{name}.lines", "w").write(share(got) + "\n")
-    for key, hit in got.items():
-        union[key] = union.get(key, False) or hit
-open(f"{folder}/all.lines", "w").write(share(union) + "\n")
-with open(f"{folder}/report.txt", "w") as out:
-    out.write("Line coverage of the library headers, all targets together\n\n")
-    out.write("%-60s %7s %7s %7s\n" % ("header", "lines", "covered", "cover"))
-    for src in sorted({s for s, _ in union}):
-        mine = [hit for (s, _), hit in union.items() if s == src]
-        out.write("%-60s %7d %7d %6.1f%%\n" % (src, len(mine), sum(mine), 100.0 * sum(mine) / len(mine)))
-    out.write("%-60s %7d %7d %6.1f%%\n" % ("TOTAL", len(union), sum(union.values()), 100.0 * sum(union.values()) / max(1, len(union))))
-EOF
+  python3 tests/fuzz/coverage_lines.py "${OUT}/coverage" "${ROOT}/" "${names[@]}"
   for name in "${names[@]}"; do LINES[${name}]="$(cat "${OUT}/coverage/${name}.lines")"; done
   COMBINED="$(cat "${OUT}/coverage/all.lines")"
 else
@@ -254,13 +232,21 @@ total_crashes=0
     echo
     echo "## Python entry points (tests/fuzz/python_mutation.py)"
     echo
-    echo "A byte-mutation harness through the Python bindings and gradcomp.restart (\`${PYTHON}\`); line"
-    echo "coverage not measured. Reproducers: crashes/python (replay: \`--replay <file>.json\`)."
+    echo "A byte-mutation harness through the Python bindings and gradcomp.restart (\`${PYTHON}\`)."
+    echo "Reproducers: crashes/python (replay: \`--replay <file>.json\`)."
     echo
     if [[ -f "${OUT}/python.md" ]]; then
       sed -e '1,/^$/d' -e 's/^## /### /' "${OUT}/python.md"  # its title dropped, its sections one level down
     else
       echo "The harness wrote no report (status ${PY_RC}): see logs/python.log."
+    fi
+    echo
+    if [[ -f "${OUT}/coverage/python/summary.md" ]]; then
+      echo "### Line coverage"
+      echo
+      sed -e '1,/^$/d' "${OUT}/coverage/python/summary.md"
+    else
+      echo "Line coverage not measured (--no-coverage, or see logs/python-coverage.log)."
     fi
   fi
 } >"${OUT}/summary.md"
