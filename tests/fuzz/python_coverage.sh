@@ -65,7 +65,7 @@ cp "${SO}" "${PKG}/gradcomp/"
 SO="${PKG}/gradcomp/$(basename "${SO}")"
 
 # --- Each entry point in a process of its own: one profile each.
-mapfile -t all < <(PYTHONPATH="${PKG}" "${PYTHON}" tests/fuzz/python_mutation.py --list)
+mapfile -t all < <(PYTHONPATH="${PKG}" LLVM_PROFILE_FILE="${OUT}/logs/list.profraw" "${PYTHON}" tests/fuzz/python_mutation.py --list)
 entries=()
 for e in "${all[@]}"; do
   if [[ ${#ONLY[@]} -eq 0 ]]; then entries+=("${e}"); continue; fi
