@@ -160,14 +160,8 @@ fi
 COV_NOTE=""
 COMBINED="-"
 if [[ ${COVERAGE} == 1 ]]; then
-  major="$(clang++ --version | sed -nE 's/.*clang version ([0-9]+).*/\1/p' | head -n1)"
-  find_tool() {
-    local t
-    for t in "$@"; do if command -v "${t}" >/dev/null; then command -v "${t}"; return; fi; done
-    return 1
-  }
-  PROFDATA="$(find_tool "${LLVM_PROFDATA:-}" "llvm-profdata-${major}" llvm-profdata)" || { echo "error: llvm-profdata not found" >&2; exit 2; }
-  COV="$(find_tool "${LLVM_COV:-}" "llvm-cov-${major}" llvm-cov)" || { echo "error: llvm-cov not found" >&2; exit 2; }
+  # shellcheck source=llvm_tools.sh
+  source tests/fuzz/llvm_tools.sh
   echo "-- coverage build in ${COV_BUILD} (${PROFDATA##*/}, ${COV##*/})"
   cmake -S . -B "${COV_BUILD}" -G Ninja -DCMAKE_BUILD_TYPE=Debug -DCMAKE_CXX_COMPILER=clang++ \
     -DGRADCOMP_BUILD_TESTS=OFF -DGRADCOMP_BUILD_FUZZERS=ON -DGRADCOMP_ENABLE_CUDA=OFF \

@@ -38,14 +38,8 @@ while [[ $# -gt 0 ]]; do
 done
 [[ "${RUNS}" =~ ^[0-9]+$ && "${RUNS}" -gt 0 ]] || { echo "error: RUNS must be a positive integer" >&2; exit 2; }
 "${PYTHON}" -c 'import torch, nanobind' 2>/dev/null || { echo "error: ${PYTHON} cannot import torch and nanobind" >&2; exit 2; }
-major="$(clang++ --version | sed -nE 's/.*clang version ([0-9]+).*/\1/p' | head -n1)"
-find_tool() {
-  local t
-  for t in "$@"; do if command -v "${t}" >/dev/null; then command -v "${t}"; return; fi; done
-  return 1
-}
-PROFDATA="$(find_tool "${LLVM_PROFDATA:-}" "llvm-profdata-${major}" llvm-profdata)" || { echo "error: llvm-profdata not found" >&2; exit 2; }
-COV="$(find_tool "${LLVM_COV:-}" "llvm-cov-${major}" llvm-cov)" || { echo "error: llvm-cov not found" >&2; exit 2; }
+# shellcheck source=llvm_tools.sh
+source tests/fuzz/llvm_tools.sh
 mkdir -p "${OUT}"
 OUT="$(cd "${OUT}" && pwd)"
 rm -rf "${OUT:?}"/* && mkdir -p "${OUT}/logs"
