@@ -1,0 +1,287 @@
+// Local steps (localsteps/synchroniser.hpp) on W simulated ranks over every aggregation path:
+// the schedule covers every parameter once per period; H = 1, outer lr 1, no momentum and fp32
+// equal data-parallel SGD; replicas bit-identical after every sync; the outer step against a
+// plain reference; error-feedback conservation exact on dyadic values; bad input refused with
+// the parameters and the state untouched.
+#include <gradcomp/gather/codec.hpp>
+#include <gradcomp/gradcomp.hpp>
+#include <gradcomp/localsteps/synchroniser.hpp>
+
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+#include "support/random.hpp"
+
+using namespace gradcomp;
+namespace ls = gradcomp::localsteps;
+using bytes = std::vector<std::byte>;
+
+namespace {
+
+using int4_ef = compressor<partition::chunks, sparsify::dense, quantize::int_block<4>, feedback::residual>;
+using int8 = compressor<partition::chunks, sparsify::dense, quantize::int_block<8>, feedback::none>;
+using topk_exact = compressor<partition::chunks, sparsify::topk, quantize::none, feedback::residual>;
+
+// The transport between W ranks: what each rank receives for one phase.
+std::vector<bytes> transport(const ls::exchange& x, const std::vector<bytes>& sent) {
+  const std::size_t w = sent.size();
+  std::vector<bytes> got(w, bytes(x.receive_bytes));
+  for (std::size_t r = 0; r < w; ++r) {
+    if (x.op == ls::collective::all_reduce) {
+      REQUIRE(x.type == summable::wire_type::f32);
+      std::vector<float> sum(x.send_bytes / 4, 0.0f);
+      for (std::size_t s = 0; s < w; ++s)  // rank order
+        for (std::size_t i = 0; i < sum.size(); ++i) {
+          float v;
+          std::memcpy(&v, sent[s].data() + 4 * i, 4);
+          sum[i] += v;
+        }
+      std::memcpy(got[r].data(), sum.data(), x.receive_bytes);
+    } else {
+      const std::size_t slot = x.op == ls::collective::all_to_all ? x.send_bytes / w : x.send_bytes;
+      for (std::size_t s = 0; s < w; ++s) {
+        const std::byte* from = sent[s].data() + (x.op == ls::collective::all_to_all ? r * slot : 0);
+        std::memcpy(got[r].data() + s * slot, from, slot);
+      }
+    }
+  }
+  return got;
+}
+
+// W replicas of a parameter vector under one synchroniser.
+template <class Path>
+struct replicas {
+  ls::synchroniser<Path> sync;
+  std::vector<typename ls::synchroniser<Path>::state_type> st;
+  std::vector<std::vector<float>> params;
+
+  replicas(const ls::config& c, const Path& p, const std::vector<float>& init, std::uint32_t world) : sync(c, p) {
+    st.resize(world);
+    params.assign(world, init);
+    for (std::uint32_t r = 0; r < world; ++r) REQUIRE(sync.make_state(init, world, r, st[r]));
+  }
+
+  // One sync of fragment f: every phase through the transport; then the apply unless asked not to.
+  void exchange(std::size_t f, bool apply = true) {
+    const std::size_t w = st.size();
+    for (std::size_t k = 0; k < sync.phase_count(); ++k) {
+      std::vector<bytes> sent(w);
+      ls::exchange x{};
+      for (std::size_t r = 0; r < w; ++r) {
+        const auto d = sync.describe(f, k, st[r]);
+        REQUIRE(d);
+        x = *d;
+        sent[r].resize(x.send_bytes);
+        REQUIRE(sync.encode(f, k, k == 0 ? std::span<const float>(params[r]) : std::span<const float>{}, st[r], sent[r]));
+      }
+      const std::vector<bytes> got = transport(x, sent);
+      for (std::size_t r = 0; r < w; ++r) REQUIRE(sync.receive(f, k, st[r], got[r]));
+    }
+    if (apply)
+      for (std::size_t r = 0; r < w; ++r) REQUIRE(sync.apply(f, st[r], params[r]));
+  }
+
+  // An inner SGD step on every replica: each rank its own gradient.
+  void inner_step(float lr, std::uint32_t seed) {
+    for (std::size_t r = 0; r < params.size(); ++r) {
+      const std::vector<float> g = test::heavy_tailed(params[r].size(), seed * 977 + static_cast<std::uint32_t>(r), 1.0f);
+      for (std::size_t j = 0; j < g.size(); ++j) params[r][j] -= lr * g[j];
+    }
+  }
+
+  // The training loop: inner steps, and every fragment synced and applied when the schedule says;
+  // counts the applies after which the fragment differed between replicas.
+  std::size_t differing = 0;
+  void train(std::size_t steps, float lr) {
+    for (std::size_t t = 0; t < steps; ++t) {
+      inner_step(lr, static_cast<std::uint32_t>(st[0].step));
+      for (auto& s : st) sync.advance(s);
+      for (std::size_t f = 0; f < sync.get_config().fragments; ++f) {
+        if (sync.sends(st[0], f)) exchange(f, false);
+        if (sync.applies(st[0], f)) {
+          for (std::size_t r = 0; r < st.size(); ++r) REQUIRE(sync.apply(f, st[r], params[r]));
+          const chunk_range at = sync.fragment(st[0], f);
+          for (const auto& p : params)
+            if (std::memcmp(p.data() + at.offset, params[0].data() + at.offset, 4 * at.count) != 0) ++differing;
+        }
+      }
+    }
+  }
+
+  bool identical() const {
+    for (const auto& p : params)
+      if (std::memcmp(p.data(), params[0].data(), 4 * p.size()) != 0) return false;
+    return true;
+  }
+};
+
+}  // namespace
+
+TEST_CASE("local steps: the staggered schedule sends every parameter once per period") {
+  for (const std::size_t fragments : {1, 2, 3, 4, 7}) {
+    const ls::config c{.period = 21, .fragments = fragments, .overlap = 2};
+    REQUIRE(ls::validate(c));
+    const std::size_t n = 100;
+    std::vector<int> sends_per_element(n, 0);
+    for (std::uint64_t step = 1; step <= 3 * c.period; ++step) {
+      std::size_t sending = 0;
+      for (std::size_t f = 0; f < fragments; ++f) {
+        const chunk_range r = ls::fragment_of(n, fragments, f);
+        if (ls::sends_at(c, f, step)) {
+          ++sending;
+          for (std::size_t j = r.offset; j < r.offset + r.count; ++j) ++sends_per_element[j];
+        }
+        CHECK(ls::applies_at(c, f, step) == (step >= c.overlap + 1 && ls::sends_at(c, f, step - c.overlap)));
+      }
+      CHECK(sending <= 1);  // staggered: one fragment at a time (fragments <= period)
+    }
+    for (const int s : sends_per_element) CHECK(s == 3);  // three periods, once each
+  }
+  // The fragments partition the vector.
+  std::size_t covered = 0;
+  for (std::size_t f = 0; f < 3; ++f) {
+    const chunk_range r = ls::fragment_of(10, 3, f);
+    CHECK(r.offset == covered);
+    covered += r.count;
+  }
+  CHECK(covered == 10);
+}
+
+TEST_CASE("local steps: bad configuration is refused with a reason") {
+  CHECK(ls::validate({.period = 0}).code() == errc::invalid_argument);
+  CHECK(ls::validate({.period = 4, .fragments = 5}).code() == errc::invalid_argument);
+  CHECK(ls::validate({.period = 4, .fragments = 2, .overlap = 4}).code() == errc::invalid_argument);
+  CHECK(ls::validate({.mix = 1.0f}).code() == errc::invalid_argument);
+  CHECK(ls::validate({.outer_lr = 0.0f}).code() == errc::invalid_argument);
+  CHECK(ls::validate({.momentum = 1.0f}).code() == errc::invalid_argument);
+  // The sharded path must deliver the mean to every rank: all-reduce mode only.
+  const ls::synchroniser sync(ls::config{}, sharded::codec<int8>(int8{}, sharded::mode::reduce_scatter));
+  CHECK(sync.validate().code() == errc::invalid_argument);
+}
+
+TEST_CASE("local steps: H = 1, outer lr 1, no momentum and fp32 equal data-parallel SGD") {
+  const std::uint32_t world = 3;
+  const std::vector<float> init = test::heavy_tailed(257, 5, 1.0f);
+  replicas reps(ls::config{.period = 1, .outer_lr = 1.0f, .momentum = 0.0f}, summable::cast<quantize::none>({.feedback = false}), init,
+                world);
+  std::vector<float> sgd = init;
+  const float lr = 0.05f;
+  for (std::uint32_t t = 0; t < 5; ++t) {
+    reps.train(1, lr);  // (the replicas' gradients at step t are those below)
+    for (std::size_t j = 0; j < sgd.size(); ++j) {
+      double mean = 0;
+      for (std::uint32_t r = 0; r < world; ++r) mean += test::heavy_tailed(sgd.size(), t * 977 + r, 1.0f)[j];
+      sgd[j] -= static_cast<float>(lr * mean / world);
+    }
+    CHECK(reps.identical());
+  }
+  for (std::size_t j = 0; j < sgd.size(); ++j) CHECK(reps.params[0][j] == doctest::Approx(sgd[j]).epsilon(1e-5));
+}
+
+TEST_CASE("local steps: replicas are bit-identical after every sync, on every path") {
+  const std::vector<float> init = test::heavy_tailed(1000, 9, 1.0f);
+  const ls::config c{.period = 4, .fragments = 2, .outer_lr = 0.7f, .momentum = 0.9f};
+  SUBCASE("summable fp32") {
+    replicas reps(c, summable::cast<quantize::none>(), init, 4);
+    reps.train(16, 0.01f);
+    CHECK(reps.differing == 0);
+  }
+  SUBCASE("gather int4 + EF") {
+    replicas reps(c, gather::codec<int4_ef>(int4_ef{}), init, 3);
+    reps.train(16, 0.01f);
+    CHECK(reps.differing == 0);
+    CHECK(reps.st[0].fragments[0].syncs == 4);
+    CHECK(reps.st[0].fragments[1].syncs == 4);
+  }
+  SUBCASE("sharded int8, all-reduce") {
+    replicas reps(c, sharded::codec<int8>(int8{}, sharded::mode::all_reduce), init, 3);
+    reps.train(16, 0.01f);
+    CHECK(reps.differing == 0);
+  }
+  SUBCASE("streaming: overlap and mixing keep the fragments' anchors identical") {
+    replicas reps(ls::config{.period = 6, .fragments = 3, .overlap = 1, .mix = 0.5f}, sharded::codec<int4_ef>(int4_ef{}, sharded::mode::all_reduce),
+                  init, 2);
+    reps.train(19, 0.01f);
+    for (std::size_t f = 0; f < 3; ++f) {
+      CHECK(reps.st[0].fragments[f].syncs == 3);
+      CHECK(std::memcmp(reps.st[0].fragments[f].anchor.data(), reps.st[1].fragments[f].anchor.data(), 4 * reps.st[0].fragments[f].anchor.size()) == 0);
+    }
+  }
+}
+
+TEST_CASE("local steps: the outer step is Nesterov momentum on the mean pseudo-gradient") {
+  const std::vector<float> init{1.0f, -2.0f, 0.5f, 3.0f};
+  const ls::config c{.period = 1, .outer_lr = 0.5f, .momentum = 0.75f, .nesterov = true};
+  replicas reps(c, summable::cast<quantize::none>({.feedback = false}), init, 1);
+  std::vector<double> anchor(init.begin(), init.end()), m(init.size(), 0.0);
+  const std::vector<float> local1{0.5f, -1.0f, 0.25f, 2.0f}, local2{0.25f, -0.5f, 0.125f, 1.0f};
+  for (const auto& local : {local1, local2}) {
+    reps.params[0] = local;
+    reps.exchange(0);
+    for (std::size_t j = 0; j < init.size(); ++j) {
+      const double d = anchor[j] - local[j];
+      m[j] = 0.75 * m[j] + d;
+      anchor[j] -= 0.5 * (d + 0.75 * m[j]);
+      CHECK(reps.params[0][j] == doctest::Approx(anchor[j]).epsilon(1e-6));
+      CHECK(reps.st[0].fragments[0].anchor[j] == reps.params[0][j]);
+    }
+  }
+}
+
+TEST_CASE("local steps: error feedback conserves what each rank owes, exactly on dyadic values") {
+  // Top-k 25% with fp32 values and a residual: sent + kept == pseudo-gradient + old residual,
+  // summed over the ranks. Dyadic parameters and W = 4 keep every sum and the division exact.
+  const std::uint32_t world = 4;
+  std::vector<float> init(64);
+  for (std::size_t j = 0; j < init.size(); ++j) init[j] = static_cast<float>(static_cast<int>(j % 17) - 8) / 16.0f;
+  using path = gather::codec<topk_exact>;
+  replicas reps(ls::config{.period = 1, .outer_lr = 1.0f, .momentum = 0.0f}, path(topk_exact({.sparsify = {.density = 0.25}})), init, world);
+  for (int round = 0; round < 3; ++round) {
+    std::vector<double> owed(init.size(), 0.0);
+    for (std::uint32_t r = 0; r < world; ++r) {
+      for (std::size_t j = 0; j < init.size(); ++j) {
+        reps.params[r][j] -= static_cast<float>((static_cast<int>((j * 7 + r * 3 + round) % 11) - 5)) / 64.0f;
+        owed[j] += (reps.st[r].fragments[0].anchor[j] - reps.params[r][j]) / world + reps.st[r].fragments[0].path.compressor.residual[j];
+      }
+    }
+    reps.exchange(0, false);
+    for (std::size_t j = 0; j < init.size(); ++j) {
+      double kept = 0;
+      for (std::uint32_t r = 0; r < world; ++r) kept += reps.st[r].fragments[0].path.compressor.residual[j];
+      CHECK(static_cast<double>(reps.st[0].fragments[0].values[j]) + kept == owed[j]);
+    }
+    for (std::uint32_t r = 0; r < world; ++r) REQUIRE(reps.sync.apply(0, reps.st[r], reps.params[r]));
+  }
+}
+
+TEST_CASE("local steps: bad input leaves the parameters and the state untouched") {
+  const std::vector<float> init = test::heavy_tailed(300, 3, 1.0f);
+  replicas reps(ls::config{.period = 2}, gather::codec<int4_ef>(int4_ef{}), init, 2);
+  // Out of order: apply or receive before encode.
+  CHECK(reps.sync.apply(0, reps.st[0], reps.params[0]).code() == errc::invalid_argument);
+  const auto x = reps.sync.describe(0, 0, reps.st[0]);
+  REQUIRE(x);
+  CHECK(reps.sync.receive(0, 0, reps.st[0], bytes(x->receive_bytes)).code() == errc::invalid_argument);
+  CHECK(reps.sync.describe(1, 0, reps.st[0]).code() == errc::invalid_argument);  // no such fragment
+  // A damaged received buffer: refused; the fragment keeps its state and can receive the good one.
+  std::vector<bytes> sent(2, bytes(x->send_bytes));
+  for (std::uint32_t r = 0; r < 2; ++r) REQUIRE(reps.sync.encode(0, 0, reps.params[r], reps.st[r], sent[r]));
+  std::vector<bytes> got = transport(*x, sent);
+  bytes bad = got[0];
+  bad[x->send_bytes + sharded::slot_head_bytes + frame::header_bytes + 20] ^= std::byte{1};  // rank 1's frame body
+  const auto before = reps.st[0].fragments[0];
+  const std::vector<float> params_before = reps.params[0];
+  CHECK(reps.sync.receive(0, 0, reps.st[0], bad).code() == errc::checksum_mismatch);
+  CHECK(reps.sync.receive(0, 0, reps.st[0], bytes(got[0].begin(), got[0].end() - 8)).code() == errc::size_mismatch);
+  CHECK(reps.st[0].fragments[0].pending == before.pending);
+  CHECK(reps.st[0].fragments[0].anchor == before.anchor);
+  CHECK(reps.params[0] == params_before);
+  for (std::uint32_t r = 0; r < 2; ++r) REQUIRE(reps.sync.receive(0, 0, reps.st[r], got[r]));
+  CHECK(reps.sync.apply(0, reps.st[0], std::span<float>(reps.params[0]).first(10)).code() == errc::size_mismatch);
+  CHECK(reps.params[0] == params_before);
+  for (std::uint32_t r = 0; r < 2; ++r) REQUIRE(reps.sync.apply(0, reps.st[r], reps.params[r]));
+  CHECK(reps.identical());
+}
