@@ -67,6 +67,10 @@ class exchange {
   // Writes the average over ranks of every rank's `grad` into `avg`; returns what this rank
   // put into the collectives.
   virtual traffic average(std::span<const float> grad, std::span<float> avg) = 0;
+  // Exchanges of the parameters rather than the gradient (local steps): start() before the first
+  // step, after_step() after every optimizer step; what this rank put into the collectives.
+  virtual void start(std::span<const float> /*params*/) {}
+  virtual traffic after_step(std::span<float> /*params*/) { return {}; }
   // Diagnostics only (not part of the default list, e.g. a codec with its feedback dropped).
   virtual bool diagnostic() const { return false; }
   // A codec's own figures over the run, summed over ranks by the caller (TAGC: union size and

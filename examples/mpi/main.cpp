@@ -8,7 +8,9 @@
 // feedback, DGC threshold 1% and 1-bit sign + error feedback by MPI_Allgatherv of their
 // frames. The sharded path (sharded.hpp): the same five compressors as all-reduces ("-sh":
 // MPI_Alltoall of fixed-size slots, the owner's sum re-encoded, MPI_Allgather of one slot), and
-// int8 as a reduce-scatter whose fp32 shards are then all-gathered ("int8-sh-rs"). Prints the
+// int8 as a reduce-scatter whose fp32 shards are then all-gathered ("int8-sh-rs"). Local steps
+// (localsteps.hpp, "ls4-int4+ef"): no exchange per step; every 4 steps the parameters'
+// pseudo-gradient, int4 + error feedback on the sharded path, averaged. Prints the
 // loss and the bytes each rank sends per step, then a summary with the held-out loss of each
 // codec against fp32's.
 //
@@ -45,6 +47,7 @@
 #include <vector>
 
 #include "exchange.hpp"
+#include "localsteps.hpp"
 #include "mlp.hpp"
 #include "sharded.hpp"
 #include "summable.hpp"
@@ -148,6 +151,11 @@ std::vector<std::unique_ptr<exchange>> all_exchanges(std::size_t n, const option
                                                        comm, true));
   both.operator()<dgc>("dgc1%+ef", dgc::config{.sparsify = {.density = 0.01}});
   both.operator()<sign>("sign+ef", sign::config{});
+  // Local steps: the parameters' pseudo-gradient every 4 steps, int4 + error feedback on the
+  // sharded path, the mean applied by plain averaging (outer lr 1, no momentum).
+  using ls_path = sharded::codec<int4>;
+  x.push_back(std::make_unique<local_steps<ls_path>>("ls4-int4+ef", localsteps::config{.period = 4, .outer_lr = 1.0f, .momentum = 0.0f},
+                                                     ls_path(int4{}, sharded::mode::all_reduce), comm));
   return x;
 }
 
@@ -205,6 +213,7 @@ int main(int argc, char** argv) {
       const bool drill = !drilled && opt.die_at_step >= 0 && (opt.only.empty() || ex->name() == opt.only);
       drilled = drilled || drill;
       std::vector<float> params = initial, velocity(params.size(), 0.0f);
+      ex->start(params);
       traffic total;
       double tail_loss = 0.0;
       int tail = 0;
@@ -221,6 +230,7 @@ int main(int argc, char** argv) {
           params[i] -= opt.lr * velocity[i];
         }
         total += sent;
+        total += ex->after_step(params);
         MPI_Allreduce(MPI_IN_PLACE, &loss, 1, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);  // for printing only
         loss /= static_cast<float>(world);
         if (step >= opt.steps - 20) tail_loss += loss, ++tail;

@@ -189,6 +189,7 @@ gc::dtype parse_dtype(nb::handle h);
 void bind_summable(nb::module_& m);
 void bind_sharded(nb::module_& m);
 void bind_planner(nb::module_& m);
+void bind_localsteps(nb::module_& m);
 // A planner path as a dict (planner.cpp), for Compressor.measure_path.
 nb::dict wire_path_dict(const gc::transformer::wire_path& w);
 

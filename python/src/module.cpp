@@ -606,4 +606,5 @@ NB_MODULE(_core, m) {
   bind_summable(m);
   bind_sharded(m);
   bind_planner(m);
+  bind_localsteps(m);
 }

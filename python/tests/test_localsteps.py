@@ -1,0 +1,246 @@
+"""gradcomp.localsteps.LocalSteps on 2, 3 and 4 gloo ranks: H = 1, outer lr 1, no momentum and fp32
+equal data-parallel SGD; replicas bit-identical after every sync on every path; the outer step
+against a plain reference; a checkpoint resumed bit for bit and restored at another world size;
+a corrupted payload raising gradcomp.Error on every rank with the parameters untouched; bad options
+named in a ValueError. (A rank killed under torchrun and resumed: test_restart.py, variant
+"localsteps".)"""
+
+import pytest
+import torch
+import torch.distributed as dist
+
+import gradcomp
+from gradcomp.localsteps import LocalSteps
+
+import dist_util
+
+
+def _net(seed=0):
+    torch.manual_seed(seed)
+    return torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.Tanh(), torch.nn.Linear(32, 4))
+
+
+def _inner_step(net, opt, rank, step):
+    g = torch.Generator().manual_seed(1000 * step + rank)
+    x, y = torch.randn(8, 16, generator=g), torch.randn(8, 4, generator=g)
+    loss = (net(x) - y).square().mean()
+    opt.zero_grad()
+    loss.backward()
+    opt.step()
+
+
+def _flat(net):
+    return torch.cat([p.detach().flatten() for p in net.parameters()])
+
+
+def _data_parallel_sgd(rank, world):
+    # The synchroniser with H = 1, outer lr 1 and no momentum over fp32 against SGD on the mean
+    # gradient (computed here from every rank's gradient, as DDP would).
+    net, ref = _net(), _net()
+    sync = LocalSteps(net, "fp32", period=1, outer_lr=1.0, outer_momentum=0.0)
+    opt = torch.optim.SGD(net.parameters(), lr=0.1)
+    ref_opt = torch.optim.SGD(ref.parameters(), lr=0.1)
+    for step in range(6):
+        _inner_step(net, opt, rank, step)
+        sync.step()
+        g = torch.Generator().manual_seed(1000 * step + rank)
+        x, y = torch.randn(8, 16, generator=g), torch.randn(8, 4, generator=g)
+        ref_opt.zero_grad()
+        (ref(x) - y).square().mean().backward()
+        for p in ref.parameters():
+            dist.all_reduce(p.grad)
+            p.grad /= world
+        ref_opt.step()
+        assert dist_util.all_same(_flat(net))
+    return (_flat(net) - _flat(ref)).abs().max().item(), _flat(ref).abs().max().item(), sync.syncs
+
+
+@pytest.mark.parametrize("world", [2, 3, 4])
+def test_one_step_fp32_averaging_is_data_parallel_sgd(world):
+    diff, scale, syncs = dist_util.run(world, _data_parallel_sgd)
+    assert diff <= 1e-6 * scale, diff
+    assert syncs == 6
+
+
+PATHS = [("bf16", "summable", {}), ("int4", "gather", {"error_feedback": True}), ("int8", "sharded", {}),
+         ("topk", "sharded", {"density": 0.05, "error_feedback": True, "feedback_scale": 0.9})]
+
+
+def _replicas(rank, world, codec, path, options, fragments, overlap, mix):
+    net = _net(seed=rank)  # different on purpose: LocalSteps starts every rank from rank 0's parameters
+    sync = LocalSteps(net, codec, path=path, period=4, fragments=fragments, overlap=overlap, mix=mix, **options)
+    assert dist_util.all_same(_flat(net))
+    opt = torch.optim.AdamW(net.parameters(), lr=0.01)
+    same_after_apply = []
+    for step in range(13):
+        _inner_step(net, opt, rank, step)
+        before = sync.syncs
+        sync.step()
+        if sync.syncs > before and fragments == 1 and mix == 0:
+            same_after_apply.append(dist_util.all_same(_flat(net)))
+        else:
+            same_after_apply.append(True)
+    sync.finish()
+    return all(same_after_apply), dist_util.all_same(_flat(net)), sync.syncs, sync.wire_bytes
+
+
+@pytest.mark.parametrize("world", [2, 3])
+@pytest.mark.parametrize("codec,path,options", PATHS)
+def test_replicas_are_identical_after_every_sync(world, codec, path, options):
+    same, end_same, syncs, wire = dist_util.run(world, _replicas, codec, path, options, 1, 0, 0.0)
+    assert same and end_same
+    assert syncs == 3 + 1  # steps 4, 8, 12 and finish()
+    assert wire > 0
+
+
+@pytest.mark.parametrize("codec,path,options", PATHS[1:3])
+def test_streaming_fragments_with_overlap_end_identical(codec, path, options):
+    same, end_same, syncs, _ = dist_util.run(2, _replicas, codec, path, options, 2, 1, 0.5)
+    assert end_same
+    assert syncs == 2 * 3 + 2  # each fragment applied 3 times in 13 steps, and once more by finish()
+
+
+def test_outer_nesterov_step_matches_a_plain_reference():
+    # One rank: the pseudo-gradient is anchor - local; torch's SGD with Nesterov on the anchor.
+    net = _net()
+    sync = LocalSteps(net, "fp32", period=2, outer_lr=0.7, outer_momentum=0.9)
+    anchor = [p.detach().clone().requires_grad_() for p in net.parameters()]
+    outer = torch.optim.SGD(anchor, lr=0.7, momentum=0.9, nesterov=True)
+    opt = torch.optim.SGD(net.parameters(), lr=0.05)
+    for step in range(8):
+        _inner_step(net, opt, 0, step)
+        if (step + 1) % 2 == 0:
+            for a, p in zip(anchor, net.parameters()):
+                a.grad = a.detach() - p.detach()
+            outer.step()
+        sync.step()
+        if (step + 1) % 2 == 0:
+            want = torch.cat([a.detach().flatten() for a in anchor])
+            assert torch.allclose(_flat(net), want, rtol=0, atol=1e-6)
+
+
+def _resume(rank, world, directory, path, stop):
+    # Trains 12 inner steps with checkpoints every 3 through gradcomp.restart; with `stop`, the run
+    # ends after step `stop` and a second LocalSteps resumes from the newest checkpoint.
+    def build():
+        net = _net()
+        opt = torch.optim.SGD(net.parameters(), lr=0.05, momentum=0.9)
+        sync = LocalSteps(net, "int4", path=path, period=3, fragments=3, overlap=1, error_feedback=True)
+        ck = gradcomp.restart.Checkpointer(directory, {"model": net, "opt": opt, "sync": sync}, every=3)
+        return net, opt, sync, ck
+
+    net, opt, sync, ck = build()
+    start = ck.resume()
+    for step in range(start, stop or 12):
+        _inner_step(net, opt, rank, step)
+        sync.step()
+        ck.maybe_save(step + 1)
+    if stop:
+        net, opt, sync, ck = build()
+        start = ck.resume()
+        assert start == stop - stop % 3
+        for step in range(start, 12):
+            _inner_step(net, opt, rank, step)
+            sync.step()
+    sync.finish()
+    return _flat(net), sync.wire_bytes
+
+
+@pytest.mark.parametrize("path", ["gather", "sharded"])
+def test_a_checkpoint_resumes_bit_for_bit(path, tmp_path):
+    whole, wire = dist_util.run(2, _resume, str(tmp_path / "a"), path, 0)
+    resumed, wire2 = dist_util.run(2, _resume, str(tmp_path / "b"), path, 7)
+    assert torch.equal(whole.view(torch.int32), resumed.view(torch.int32))
+    assert wire == wire2
+
+
+def _save(rank, world, path):
+    net = _net()
+    opt = torch.optim.SGD(net.parameters(), lr=0.05)
+    sync = LocalSteps(net, "int4", path=path, period=2, error_feedback=True)
+    for step in range(5):
+        _inner_step(net, opt, rank, step)
+        sync.step()
+    return sync.state_dict()
+
+
+def _restore(rank, world, path, sd):
+    net = _net()
+    sync = LocalSteps(net, "int4", path=path, period=2, error_feedback=True)
+    sync.load_state_dict(sd)
+    opt = torch.optim.SGD(net.parameters(), lr=0.05)
+    for step in range(5, 9):
+        _inner_step(net, opt, rank, step)
+        sync.step()
+    sync.finish()
+    return dist_util.all_same(_flat(net)), sync.steps, [fr.anchor.clone() for fr in sync._frags]
+
+
+@pytest.mark.parametrize("path", ["gather", "sharded"])
+def test_a_checkpoint_restores_at_another_world_size(path):
+    sd = dist_util.run(3, _save, path)
+    same, steps, _ = dist_util.run(2, _restore, path, sd)
+    assert same and steps == 9
+    with pytest.raises(ValueError, match="checkpoint of"):
+        LocalSteps(_net(), "int8", path=path, period=2).load_state_dict(sd)
+
+
+def _corrupted(rank, world):
+    net = _net()
+    sync = LocalSteps(net, "int8", path="sharded", period=2)
+    opt = torch.optim.SGD(net.parameters(), lr=0.05)
+    real = dist.all_to_all_single
+
+    class Damaged:  # rank 0's received bytes damaged after the all-to-all completes
+        def __init__(self, work, out):
+            self.work, self.out = work, out
+
+        def wait(self):
+            self.work.wait()
+            self.out[len(self.out) // 2 + 100] ^= 0x40
+            return True
+
+    def damaged(out, inp, group=None, async_op=False):
+        return Damaged(real(out, inp, group=group, async_op=True), out) if rank == 0 else real(out, inp, group=group, async_op=async_op)
+
+    _inner_step(net, opt, rank, 0)
+    sync.step()
+    _inner_step(net, opt, rank, 1)
+    before = _flat(net).clone()
+    dist.all_to_all_single = damaged
+    try:
+        sync.step()
+        code = None
+    except gradcomp.Error as e:
+        code = e.code
+    finally:
+        dist.all_to_all_single = real
+    return code, torch.equal(before, _flat(net)), rank
+
+
+def test_a_corrupted_payload_raises_on_every_rank_and_leaves_the_parameters():
+    # dist_util.run returns rank 0's result; every rank asserts through all_same inside the helper
+    code, untouched, _ = dist_util.run(2, _corrupted)
+    assert code in ("checksum_mismatch", "bad_header", "bad_magic")
+    assert untouched
+    code1, untouched1 = dist_util.run(2, _peer_view)
+    assert code1 == "peer_error" and untouched1
+
+
+def _peer_view(rank, world):
+    code, untouched, _ = _corrupted(rank, world)
+    gathered = [None] * world
+    dist.all_gather_object(gathered, (code, untouched))
+    return gathered[1]
+
+
+@pytest.mark.parametrize("kwargs,name", [
+    ({"period": 0}, "period"), ({"period": 4, "fragments": 5}, "fragments"), ({"period": 4, "overlap": 4}, "overlap"),
+    ({"mix": 1.0}, "mix"), ({"outer_lr": 0.0}, "outer_lr"), ({"outer_momentum": 1.0}, "outer_momentum"),
+    ({"path": "ring"}, "path"), ({"codec": "int9"}, "codec"), ({"codec": "int8", "path": "summable"}, "summable"),
+    ({"codec": "bf16", "density": 0.1}, "error_feedback"), ({"period": 2.5}, "period")])
+def test_bad_options_raise_a_value_error_naming_them(kwargs, name):
+    with pytest.raises(ValueError, match=name):
+        LocalSteps(_net(), **kwargs)
+    with pytest.raises(ValueError, match="float32"):
+        LocalSteps(_net().double(), "int8")
