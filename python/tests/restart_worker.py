@@ -28,7 +28,7 @@ from gradcomp import restart, testing
 
 MODEL = {"d": 32, "heads": 2, "layers": 1}
 SEQ, BATCH = 16, 4
-VARIANTS = ("topk", "tagc", "fsdp-tagc", "sharded")
+VARIANTS = ("topk", "tagc", "fsdp-tagc", "sharded", "localsteps")
 
 
 def build(variant: str):
@@ -50,6 +50,12 @@ def build(variant: str):
         rs = fsdp.attach(net, "tagc")
         opt = torch.optim.SGD(net.parameters(), lr=0.1, momentum=0.9)
         return net, net, opt, {"model": restart.ModelState(net, opt), "reduce_scatter": rs}
+    if variant == "localsteps":  # no DDP: every rank a replica, synchronised every 4 steps
+        from gradcomp.localsteps import LocalSteps
+
+        opt = torch.optim.SGD(net.parameters(), lr=0.1, momentum=0.9)
+        sync = LocalSteps(net, "int4", path="sharded", period=4, fragments=2, overlap=1, error_feedback=True)
+        return net, net, opt, {"model": net, "optimizer": opt, "sync": sync}
     model = DDP(net)
     if variant == "tagc":
         hook = ddp.TagcHookState(model)
@@ -94,11 +100,15 @@ def run(variant: str, args, rank: int, attempt: int):
         if kill and args.kill_at == "backward":
             die(args.out + ".killed")
         opt.step()
+        if "sync" in states:
+            states["sync"].step()
         if kill and args.kill_at in ("save-partial", "save-written"):
             stage = args.kill_at[len("save-"):]
             restart._fault = lambda at, path: die(args.out + ".killed") if at == stage else None
         if ckpt is not None:
             ckpt.maybe_save(step + 1)
+    if "sync" in states:
+        states["sync"].finish()
     if variant == "fsdp-tagc":
         flat = torch.cat([t.flatten() for t in restart.ModelState(net).state_dict()["model"].values()])
     else:

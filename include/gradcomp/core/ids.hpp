@@ -88,7 +88,8 @@ inline constexpr std::uint32_t tagc_checkpoint = tag_of("GCTC");  // a TAGC rank
 inline constexpr std::uint32_t tagc_codec = tag_of("TAGC");       // first word of the record tagc::codec_id hashes
 inline constexpr std::uint32_t shard_slot = tag_of("GCSL");       // a slot of the sharded path (sharded/codec.hpp)
 inline constexpr std::uint32_t sharded_checkpoint = tag_of("GCSH");  // a sharded codec's state (sharded/checkpoint.hpp)
-inline constexpr std::uint32_t all[] = {frame, checkpoint, tagc_checkpoint, tagc_codec, shard_slot, sharded_checkpoint};
+inline constexpr std::uint32_t localsteps_checkpoint = tag_of("GCLS");  // a local-steps synchroniser's state (localsteps/checkpoint.hpp)
+inline constexpr std::uint32_t all[] = {frame, checkpoint, tagc_checkpoint, tagc_codec, shard_slot, sharded_checkpoint, localsteps_checkpoint};
 }  // namespace tag
 
 template <class T, std::size_t N>
