@@ -20,6 +20,8 @@ Submodules (imported on first use; they import ``torch.distributed``):
 
 * :mod:`gradcomp.ddp`: DDP communication hooks, :func:`gradcomp.ddp.compress_hook` (codecs by
   name, on the gather or the sharded path) and :func:`gradcomp.ddp.tagc_hook` (TAGC-2);
+* :mod:`gradcomp.localsteps`: local steps (DiLoCo, Streaming DiLoCo, SparseLoCo): every rank a
+  replica, pseudo-gradients through any codec every H steps, :class:`gradcomp.localsteps.LocalSteps`;
 * :mod:`gradcomp.fsdp`: any codec (sharded reduce-scatter) or TAGC-2 as FSDP2's reduce-scatter,
   :func:`gradcomp.fsdp.attach`;
 * :mod:`gradcomp.restart`: checkpoints every N steps from every rank, atomic and checksummed,
@@ -37,9 +39,9 @@ __version__ = "0.1.0"  # the library's version (tests/packaging/versions.cmake h
 from ._core import Compressor, Error, PhaseCodec, PhaseState, Sharded, ShardedState, State, SummableCast, Tagc, best_chunking, build_info, codecs, crc32c, pipeline_seconds, plan_layer
 
 __all__ = ["Compressor", "Error", "PhaseCodec", "PhaseState", "Sharded", "ShardedState", "State", "SummableCast", "Tagc",
-           "best_chunking", "build_info", "codecs", "crc32c", "pipeline_seconds", "plan_layer", "ddp", "fsdp", "restart", "tagc", "testing", "tp"]
+           "best_chunking", "build_info", "codecs", "crc32c", "pipeline_seconds", "plan_layer", "ddp", "fsdp", "localsteps", "restart", "tagc", "testing", "tp"]
 
-_SUBMODULES = ("ddp", "fsdp", "restart", "tagc", "testing", "tp")
+_SUBMODULES = ("ddp", "fsdp", "localsteps", "restart", "tagc", "testing", "tp")
 
 
 def __getattr__(name: str):  # the submodules import torch.distributed: load them on first use

@@ -190,9 +190,11 @@ class LocalSteps:
         return fr
 
     def world(self) -> int:
+        """The number of replicas (the process group's size)."""
         return self._world
 
     def rank(self) -> int:
+        """This replica's rank in the process group."""
         return self._rank
 
     # --- the schedule

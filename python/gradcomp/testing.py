@@ -178,7 +178,9 @@ def train(spec: str, steps: int, *, options=None, batch=8, seq=32, optimizer="sg
         spec (str): DDP with the hook :func:`register` names (``"fp32"``, ``"topk"``,
             ``"tagc"``, ``"torch:bf16"``, ...), or FSDP2: ``"fsdp:fp32"`` (its own
             reduce-scatter), ``"fsdp:tagc"`` or ``"fsdp:<codec>"`` (``"fsdp:int8"``, ...:
-            :func:`gradcomp.fsdp.attach` with that codec).
+            :func:`gradcomp.fsdp.attach` with that codec), or local steps without DDP:
+            ``"localsteps:<codec>"`` (:class:`gradcomp.localsteps.LocalSteps`; options are its
+            own: ``period``, ``path``, ``outer_lr``, ... and the codec's).
         steps (int): the step to stop before.
         options (dict, optional): the hook state's options.
         batch (int): sequences per rank and step (default 8).
@@ -209,8 +211,13 @@ def train(spec: str, steps: int, *, options=None, batch=8, seq=32, optimizer="sg
     torch.manual_seed(seed)
     net = TinyTransformer(seq=seq, **model_kw)
     sharded = spec.startswith("fsdp:")
+    local = spec.startswith("localsteps:")
     if sharded:
         model, hook_state = net, _shard(net, spec, options)
+    elif local:  # every rank a replica; the synchroniser runs after each optimizer step
+        from .localsteps import LocalSteps
+
+        model, hook_state = net, LocalSteps(net, spec[len("localsteps:"):], **(options or {}))
     else:
         # PowerSGD issues its second and third all-reduce from future callbacks, which gloo runs
         # in completion order: with several buckets the ranks can issue them in different
@@ -245,6 +252,8 @@ def train(spec: str, steps: int, *, options=None, batch=8, seq=32, optimizer="sg
         opt.zero_grad(set_to_none=True)
         loss.backward()
         opt.step()
+        if local:
+            hook_state.step()
         losses.append(loss.item())
         if on_step is not None:
             on_step(step)
@@ -256,6 +265,8 @@ def train(spec: str, steps: int, *, options=None, batch=8, seq=32, optimizer="sg
             if rank == 0:
                 torch.save({"model": msd, "opt": osd, "hook": hook_sd}, save_path)
             dist.barrier()
+    if local:
+        hook_state.finish()
     seconds = time.perf_counter() - t0
     with torch.no_grad():
         ex, ey = task.batch(-7, 64, seq)  # held out, the same on every rank
@@ -321,10 +332,14 @@ def train_tp(exchange, steps: int, *, chunks=None, batch=8, seq=32, optimizer="s
         opt.zero_grad(set_to_none=True)
         loss.backward()
         opt.step()
+        if local:
+            hook_state.step()
         losses.append(loss.item())
         times.append(time.perf_counter() - ts)
         if target_loss is not None and t_target is None and len(losses) >= 10 and sum(losses[-10:]) / 10 <= target_loss:
             t_target = time.perf_counter() - t0
+    if local:
+        hook_state.finish()
     seconds = time.perf_counter() - t0
     with torch.no_grad():
         ex, ey = task.batch(-7, 64, seq)
