@@ -15,6 +15,14 @@
 #define GRADCOMP_HD
 #endif
 
+// A host-and-device function that is not forced inline: a recursive one, or one that runs a
+// caller's callable over blocks.
+#if defined(__CUDACC__)
+#define GRADCOMP_HD_CALL __host__ __device__
+#else
+#define GRADCOMP_HD_CALL
+#endif
+
 #if defined(__CUDA_ARCH__)
 #define GRADCOMP_DEVICE_CODE 1
 #else

@@ -1,0 +1,122 @@
+#pragma once
+// The chunked DCT-II (DeMo sends the largest DCT coefficients of chunks of the momentum): per
+// block of b = 2^m values (transform/blocks.hpp) the orthonormal DCT-II,
+//   X_k = c_k sum_n x_n cos(pi (2n + 1) k / (2b)),   c_0 = sqrt(1/b), c_k = sqrt(2/b),
+// by Lee's recursive factorisation (b/2 log2 b multiplications, no matrix), and its inverse, the
+// orthonormal DCT-III. Smooth signals (a momentum's slow components) gather in the low
+// coefficients, which a top-k keeps.
+//
+// Bits: the cosines come from cos_pi (a fixed polynomial in double arithmetic), never from a
+// math library, and every sum is in a fixed order (GRADCOMP_HD), so the host and a device give
+// the same bits.
+
+#include <cstddef>
+#include <cstdint>
+
+#include "../core/bits.hpp"
+#include "../core/config.hpp"
+#include "blocks.hpp"
+
+namespace gradcomp::transform {
+GRADCOMP_PRECISE_BEGIN
+
+// cos(pi * p / q) for 0 <= p <= q / 2 (an angle in [0, pi/2]), in double, by a fixed polynomial.
+GRADCOMP_HD inline double cos_pi(std::uint64_t p, std::uint64_t q) {
+  constexpr double pi = 3.141592653589793238462643383279502884;
+  const bool use_sin = 4 * p > q;  // cos(a) = sin(pi/2 - a) on [pi/4, pi/2]
+  const double a = use_sin ? pi * static_cast<double>(q - 2 * p) / static_cast<double>(2 * q) : pi * static_cast<double>(p) / static_cast<double>(q);
+  const double a2 = a * a;
+  double term = use_sin ? a : 1.0, sum = term;
+  int power = use_sin ? 1 : 0;
+  for (int i = 0; i < 12; ++i) {  // a <= pi/4: the 13th term is below double precision
+    term = -term * a2 / static_cast<double>((power + 1) * (power + 2));
+    power += 2;
+    sum += term;
+  }
+  return sum;
+}
+
+// sqrt(x) for x > 0 in double, by Newton's iteration from a power-of-two start (no library).
+GRADCOMP_HD inline double sqrt_of(double x) {
+  double r = 1.0;
+  while (r * r > 4.0 * x) r *= 0.5;
+  while (r * r < 0.25 * x) r *= 2.0;
+  for (int i = 0; i < 8; ++i) r = 0.5 * (r + x / r);
+  return r;
+}
+
+// In place: the unnormalised DCT-II of x[0, b) (X_k = sum_n x_n cos(pi (2n+1) k / (2b))), b a
+// power of two; tmp holds b floats.
+GRADCOMP_HD_CALL inline void dct2_unscaled(float* x, float* tmp, std::size_t b) {
+  if (b == 1) return;
+  const std::size_t h = b / 2;
+  for (std::size_t i = 0; i < h; ++i) {
+    const float u = x[i], v = x[b - 1 - i];
+    tmp[i] = canonical_nan(u + v);
+    tmp[h + i] = canonical_nan((u - v) * static_cast<float>(0.5 / cos_pi(2 * i + 1, 2 * b)));
+  }
+  dct2_unscaled(tmp, x, h);
+  dct2_unscaled(tmp + h, x, h);
+  for (std::size_t i = 0; i < h; ++i) {
+    x[2 * i] = tmp[i];
+    x[2 * i + 1] = i + 1 < h ? canonical_nan(tmp[h + i] + tmp[h + i + 1]) : tmp[h + i];
+  }
+}
+
+// In place: the transpose of dct2_unscaled, x_n = sum_k X_k cos(pi (2n+1) k / (2b)) (Lee's
+// steps transposed and run backwards).
+GRADCOMP_HD_CALL inline void dct3_unscaled(float* x, float* tmp, std::size_t b) {
+  if (b == 1) return;
+  const std::size_t h = b / 2;
+  tmp[0] = x[0];
+  tmp[h] = x[1];
+  for (std::size_t i = 1; i < h; ++i) {
+    tmp[i] = x[2 * i];
+    tmp[h + i] = canonical_nan(x[2 * i - 1] + x[2 * i + 1]);
+  }
+  dct3_unscaled(tmp, x, h);
+  dct3_unscaled(tmp + h, x, h);
+  for (std::size_t i = 0; i < h; ++i) {
+    const float u = tmp[i], v = canonical_nan(tmp[h + i] * static_cast<float>(0.5 / cos_pi(2 * i + 1, 2 * b)));
+    x[i] = canonical_nan(u + v);
+    x[b - 1 - i] = canonical_nan(u - v);
+  }
+}
+
+struct dct {
+  struct config {
+    std::uint32_t block = 64;  // values per block: a power of two, 2 to 4096
+  };
+  static constexpr bool valid_block(std::size_t b) { return is_power_of_two(b) && b >= 2 && b <= 4096; }
+
+  // One block of b values at x (tmp: b floats), forward (orthonormal DCT-II) or inverse.
+  GRADCOMP_HD static void forward_block(float* x, float* tmp, std::size_t b) {
+    dct2_unscaled(x, tmp, b);
+    const float c0 = static_cast<float>(sqrt_of(1.0 / static_cast<double>(b)));
+    const float ck = static_cast<float>(sqrt_of(2.0 / static_cast<double>(b)));
+    x[0] *= c0;
+    for (std::size_t k = 1; k < b; ++k) x[k] *= ck;
+  }
+  GRADCOMP_HD static void inverse_block(float* x, float* tmp, std::size_t b) {
+    // The DCT-II matrix C has C C^T = diag(b, b/2, ..., b/2), so the inverse of X = D C x with
+    // D = diag(c_k) is x = C^T D X.
+    const float d0 = static_cast<float>(sqrt_of(1.0 / static_cast<double>(b)));
+    const float dk = static_cast<float>(sqrt_of(2.0 / static_cast<double>(b)));
+    x[0] *= d0;
+    for (std::size_t k = 1; k < b; ++k) x[k] *= dk;
+    dct3_unscaled(x, tmp, b);
+  }
+
+  // A whole chunk of n values, in place (host).
+  static void forward(const config& c, float* x, std::size_t n) {
+    float tmp[4096];
+    for_each_block(n, c.block, [&](std::size_t at, std::size_t b) { forward_block(x + at, tmp, b); });
+  }
+  static void inverse(const config& c, float* x, std::size_t n) {
+    float tmp[4096];
+    for_each_block(n, c.block, [&](std::size_t at, std::size_t b) { inverse_block(x + at, tmp, b); });
+  }
+};
+
+GRADCOMP_PRECISE_END
+}  // namespace gradcomp::transform
