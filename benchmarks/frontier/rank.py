@@ -137,7 +137,7 @@ def wire(method, net, state, opts, steps, psgd_start, world):
         comp, compressed_steps = fp32_ring, steps
     elif spec == "localsteps":
         comp, compressed_steps = state.wire_bytes / steps, steps
-        out.update(syncs=state.syncs, last_step_syncs=steps % opts.get("period", 50) == 0)
+        out["syncs"] = state.syncs
     elif spec == "torch:powersgd":
         comp, pc, pr = powersgd_bytes(net, opts.get("rank", 4), world)
         out.update(powersgd_start_iter=psgd_start, powersgd_compressed_elements=pc, powersgd_raw_elements=pr)

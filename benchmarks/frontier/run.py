@@ -1,19 +1,32 @@
 """Loss against bytes: held-out loss of a small GPT on English text against the bytes each rank
-sends per step, for every gradient exchange, at 4 ranks (gloo on CPU, one process and one
-thread per rank).
+sends per step averaged over the whole run, for per-step gradient exchanges (DDP hooks) and
+local steps (gradcomp.localsteps.LocalSteps), at 4 ranks (gloo on CPU, one process and one
+thread per rank). docs/frontier.md describes the methods, the corpus and the goals.
 
-    ~/.cache/gradcomp-ci/venv/bin/python benchmarks/frontier/run.py --steps 400   # 33 minutes on 2 cores (49 methods)
-    ~/.cache/gradcomp-ci/venv/bin/python benchmarks/frontier/report.py           # table -> docs/sharded.md, plot -> docs/
+    ~/.cache/gradcomp-ci/venv/bin/python benchmarks/frontier/run.py --steps 1000   # TIME_ESTIMATE
+    ~/.cache/gradcomp-ci/venv/bin/python benchmarks/frontier/report.py            # table -> docs/frontier.md, plot -> docs/frontier.png
 
-Results go to build/frontier/results.jsonl, one line per method as soon as it is done; a
-second run skips the labels already there (delete the file, or pass --fresh, to start over).
---time-one trains fp32 alone for --steps steps and prints the seconds, to size --steps.
+The corpus is Debian's fortunes package (apt-get install -y --no-install-recommends fortunes).
+Results go to build/frontier/results.jsonl, one line per run (a method and a seed) as soon as it
+is done; a second run skips the runs already there (delete the file, or pass --fresh, to start
+over).
+
+    --steps N          inner steps of every run (1000)
+    --seeds 0,1,2      these seeds for every method (default: each method's own list)
+    --only A,B         these labels only (run.py --list prints them with their seeds)
+    --time-one         train the first selected method (fp32 unless --only) once, seed 0, into a
+                       scratch file; print the wall and CPU seconds
+    --reference        local-steps methods use reference_localsteps.py (plain torch, fp32
+                       all-reduce of the pseudo-gradients whatever the codec), to test the
+                       benchmark without gradcomp.localsteps; the report marks those rows
+
 rank.py has the corpus, the model and the training loop.
 """
 
 import argparse
 import json
 import os
+import resource
 import subprocess
 import sys
 import time
@@ -25,9 +38,8 @@ ROOT = os.path.abspath(os.path.join(HERE, "..", ".."))
 
 
 def methods():
-    """Every method with the seeds it runs for: three where the loss is expected within 1-3% of
-    fp32's at 10x or more fewer bytes (the rows the goals are judged on) and for fp32 itself
-    (its spread is the tolerance), one elsewhere."""
+    """Every method with its seeds: three for fp32 (its spread is the tolerance) and for the
+    local-steps rows that may meet the goals, one for the rest (docs/frontier.md)."""
     out = []
     three = [0, 1, 2]
 
@@ -123,7 +135,10 @@ def main():
             os.remove(out)
         t = time.time()
         errs = launch(a.world, runs[:1], a.steps, out, 29701, a.reference)
-        print(f"{runs[0]['label']}, {a.steps} steps: {time.time() - t:.0f} s", "\n".join(errs))
+        use = resource.getrusage(resource.RUSAGE_CHILDREN)
+        # CPU seconds of the ranks over the cores: the wall time on idle cores, about
+        print(f"{runs[0]['label']}, {a.steps} steps: {time.time() - t:.0f} s wall, {use.ru_utime + use.ru_stime:.0f} "
+              f"CPU s over {a.world} ranks ({os.cpu_count()} cores, load {os.getloadavg()[0]:.1f})", "\n".join(errs))
         return
     if a.fresh and os.path.exists(a.out):
         os.remove(a.out)
