@@ -189,10 +189,11 @@ def main():
     ap.add_argument("--no-doc", action="store_true", help="print the table only")
     a = ap.parse_args()
     runs = load(a.results)
-    failed = sorted({r["label"] for r in runs if "failed" in r})
-    if failed:
-        print("failed:", ", ".join(failed))
-    res = analyse([r for r in runs if "eval" in r and math.isfinite(r["eval"])])
+    ok = [r for r in runs if "eval" in r and math.isfinite(r["eval"])]
+    bad = sorted({f"{r['label']} seed {r['seed']}" for r in runs if r not in ok})
+    if bad:
+        print("failed or diverged (left out):", ", ".join(bad))
+    res = analyse(ok)
     md = table(res)
     print(md)
     if a.no_doc:

@@ -151,11 +151,12 @@ def main():
         errs = launch(a.world, todo, a.steps, a.out, port, a.reference)
         if errs:
             print("a rank failed:\n" + "\n".join(errs), flush=True)
-            if (todo[0]["label"], todo[0]["seed"]) in done(a.out):
+            failed = next((r for r in todo if (r["label"], r["seed"]) not in done(a.out)), None)
+            if failed is None:
                 break
             # Record the failure and go on with the rest.
             with open(a.out, "a") as f:
-                f.write(json.dumps({**todo[0], "failed": errs[0][-1500:]}) + "\n")
+                f.write(json.dumps({**failed, "failed": errs[0][-1500:]}) + "\n")
     print(f"all runs: {time.time() - t0:.0f} s", flush=True)
 
 
