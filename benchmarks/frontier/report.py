@@ -114,8 +114,9 @@ def table(res):
              f"({c['held_out_bytes']:,} bytes) held out (sha256 prefix {c['sha256_16']})."
              + (f" PowerSGD: start_powerSGD_iter {psgd['powersgd_start_iter']} (10% of the steps), error feedback and "
                 "warm start on, min_compression_rate 2." if psgd else "")
-             + f" fp32's seed spread (seeds {', '.join(map(str, fp['seeds']))}): {res['tol']:.4f} ({tol_pct:.2f}%), "
-             "the tolerance of \"on\". Bytes: per rank and step averaged over the whole run.", "",
+             + (f" fp32's seed spread (seeds {', '.join(map(str, fp['seeds']))}): {res['tol']:.4f} ({tol_pct:.2f}%), "
+                "the tolerance of \"on\"." if len(fp["seeds"]) > 1 else " fp32 ran for one seed: \"on\" has no tolerance.")
+             + " Bytes: per rank and step averaged over the whole run.", "",
              f"fp32: held-out loss {fp['eval']:.4f}, {fmt_bytes(fp['bytes'])} per rank and step.", "",
              "| method | path | H | seeds | held-out loss (mean) | spread | gap to fp32 | bytes/rank/step (run mean) | "
              "fewer than fp32 | against PowerSGD's curve |",
