@@ -1,149 +1,168 @@
 """Loss against bytes: held-out loss of a small GPT on English text against the bytes each rank
-sends per step, for every gradient exchange, at 4 ranks (gloo on CPU, one process and one
-thread per rank).
+sends per step averaged over the whole run, for per-step gradient exchanges (DDP hooks) and
+local steps (gradcomp.localsteps.LocalSteps), at 4 ranks (gloo on CPU, one process and one
+thread per rank). docs/frontier.md describes the methods, the corpus and the goals.
 
-    ~/.cache/gradcomp-ci/venv/bin/python benchmarks/frontier/run.py --steps 400   # 33 minutes on 2 cores (49 methods)
-    ~/.cache/gradcomp-ci/venv/bin/python benchmarks/frontier/report.py           # table -> docs/sharded.md, plot -> docs/
+    ~/.cache/gradcomp-ci/venv/bin/python benchmarks/frontier/run.py --steps 1000   # about 70 minutes on 2 idle cores (42 runs)
+    ~/.cache/gradcomp-ci/venv/bin/python benchmarks/frontier/report.py            # table -> docs/frontier.md, plot -> docs/frontier.png
 
-Results go to build/frontier/results.jsonl, one line per method as soon as it is done; a
-second run skips the labels already there (delete the file, or pass --fresh, to start over).
---time-one trains fp32 alone for --steps steps and prints the seconds, to size --steps.
+The corpus is Debian's fortunes package (apt-get install -y --no-install-recommends fortunes).
+Results go to build/frontier/results.jsonl, one line per run (a method and a seed) as soon as it
+is done; a second run skips the runs already there (delete the file, or pass --fresh, to start
+over).
+
+    --steps N          inner steps of every run (1000)
+    --seeds 0,1,2      these seeds for every method (default: each method's own list)
+    --only A,B         these labels only (run.py --list prints them with their seeds)
+    --time-one         train the first selected method (fp32 unless --only) once, seed 0, into a
+                       scratch file; print the wall and CPU seconds
+    --reference        local-steps methods use reference_localsteps.py (plain torch, fp32
+                       all-reduce of the pseudo-gradients whatever the codec), to test the
+                       benchmark without gradcomp.localsteps; the report marks those rows
+
+Run time: a run of 1,000 steps takes 155 to 175 CPU seconds over its 4 ranks (--time-one: fp32
+156, local fp32 H=10 174, local int8 H=10 157; on 2 cores at load 15, where the wall time was
+350 to 415 s), so about 80 to 90 s on 2 idle cores plus start-up and the held-out evaluations
+rank 0 does alone; the 42 runs of the list take about 70 minutes.
+
 rank.py has the corpus, the model and the training loop.
 """
 
 import argparse
 import json
 import os
+import resource
 import subprocess
 import sys
 import time
 
+from rank import corpus
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.abspath(os.path.join(HERE, "..", ".."))
 
-# label, optimizer, spec, options, extras (warmup as a fraction of the steps, dgc momentum)
-CODECS = [  # gradcomp codecs run on both paths
-    ("int8", "int8", {}),
-    ("int4+EF", "int4", {"error_feedback": True}),
-    ("fp8_e4m3", "fp8_e4m3", {}),
-    ("fp8_e4m3 scaled/128", "fp8_e4m3", {"group": 128}),
-    ("qsgd", "qsgd", {}),
-    ("sign+EF", "sign", {}),
-    ("top-k 1%+EF", "topk", {"density": 0.01}),
-    ("top-k 10%+EF", "topk", {"density": 0.1}),
-    ("threshold 1%+EF", "threshold", {}),
-    ("random-k 1%+EF", "randomk", {}),
-]
-PATHS = ("gather", "sharded")
-
-
-def codec(label):
-    return next(c for c in CODECS if c[0] == label)
-
 
 def methods():
+    """Every method with its seeds: three for fp32 (its spread is the tolerance) and for the
+    local-steps rows that may meet the goals, one for the rest (docs/frontier.md)."""
     out = []
+    three = [0, 1, 2]
 
-    def add(label, opt, spec, options=None, **extra):
-        out.append({"label": f"{opt} {label}", "optimizer": opt, "spec": spec, "options": options or {}, **extra})
+    def add(label, spec, options=None, seeds=(0,)):
+        out.append({"label": label, "optimizer": "adamw", "spec": spec, "options": options or {}, "seeds": list(seeds)})
 
-    # AdamW: every method
-    add("fp32", "adamw", "fp32")
-    add("bf16", "adamw", "bf16")
+    # Per step (DDP, one exchange of the gradients every step)
+    add("fp32", "fp32", seeds=three)
+    add("bf16", "bf16")
     for r in (1, 2, 4, 8):
-        add(f"PowerSGD r{r}", "adamw", "torch:powersgd", {"rank": r})
-    for label, spec, opts in CODECS:
-        for path in PATHS:
-            add(f"{label} {path}", "adamw", spec, {**opts, "path": path})
-    add("TAGC", "adamw", "tagc")
-    # SGD with momentum: a subset
-    add("fp32", "sgd", "fp32")
-    for r in (2, 4):
-        add(f"PowerSGD r{r}", "sgd", "torch:powersgd", {"rank": r})
-    for label, spec, opts in (codec("int8"), codec("int4+EF"), codec("top-k 1%+EF")):
-        for path in PATHS:
-            add(f"{label} {path}", "sgd", spec, {**opts, "path": path})
-    # What moves a codec down: a dense warm-up (10% of the steps, as PowerSGD's start), DGC momentum
-    for label, spec, opts in (codec("top-k 1%+EF"), codec("int4+EF")):
-        for path in PATHS:
-            add(f"{label} {path} +warm-up", "adamw", spec, {**opts, "path": path}, warmup=0.1)
-    for path in PATHS:
-        add(f"top-k 1%+EF {path} +warm-up", "sgd", "topk", {"density": 0.01, "path": path}, warmup=0.1)
-        add(f"top-k 1%+EF {path} +DGC", "sgd", "topk", {"density": 0.01, "path": path}, dgc=0.9)
-    add("top-k 1%+EF gather +DGC +warm-up", "sgd", "topk", {"density": 0.01, "path": "gather"}, dgc=0.9, warmup=0.1)
-    # Densities between 1% and 2% (30x fewer bytes than fp32 is about 1.5% on the sharded path)
-    for d in (1.5, 2):
-        add(f"top-k {d:g}%+EF sharded +warm-up", "adamw", "topk", {"density": d / 100, "path": "sharded"}, warmup=0.1)
-    # The seed-to-seed spread of fp32 (another initialisation and other batches)
-    for seed in (1, 2):
-        add(f"fp32 seed {seed}", "adamw", "fp32", seed=seed)
+        add(f"PowerSGD r{r}", "torch:powersgd", {"rank": r})
+    add("int8 sharded", "int8", {"path": "sharded"})
+    add("int4+EF sharded", "int4", {"error_feedback": True, "path": "sharded"})
+    add("sign+EF sharded", "sign", {"path": "sharded"})
+    add("top-k 1%+EF sharded", "topk", {"density": 0.01, "path": "sharded"})
+
+    # Local steps (no DDP: a full replica per rank, pseudo-gradients exchanged every H steps)
+    def local(label, codec, path, period, seeds=(0,), **options):
+        add(f"{label} H={period}", "localsteps", {"codec": codec, "path": path, "period": period, **options}, seeds)
+
+    nesterov = {"outer_lr": 0.7, "outer_momentum": 0.9, "nesterov": True}
+    average = {"outer_lr": 1.0, "outer_momentum": 0.0, "nesterov": False}
+    for h in (10, 20, 50):
+        local("local fp32", "fp32", "summable", h, three if h > 10 else (0,), **nesterov)
+    local("local int8", "int8", "sharded", 10, three, **average)
+    for h in (20, 50):
+        local("local int8", "int8", "sharded", h, three if h == 20 else (0,), **nesterov)
+    for h in (10, 20, 50):
+        local("local int4+EF", "int4", "sharded", h, three, error_feedback=True, **nesterov)
+    for h in (10, 20):  # SparseLoCo: top-k of the pseudo-gradient with decayed error feedback, averaged
+        local("local top-k 2%+EF", "topk", "sharded", h, three if h == 10 else (0,), density=0.02,
+              error_feedback=True, feedback_scale=0.95, **average)
+    local("streaming int4 4 fragments", "int4", "sharded", 20, three, fragments=4, overlap=1, mix=0.5, **nesterov)
     return out
 
 
-def launch(world, todo, steps, seed, out, port):
-    mfile = out + ".methods.json"
+def launch(world, runs, steps, out, port, reference):
+    mfile = out + ".runs.json"
     with open(mfile, "w") as f:
-        json.dump(todo, f)
+        json.dump(runs, f)
     procs = []
     for r in range(world):
         cmd = [sys.executable, os.path.join(HERE, "rank.py"), "--rank", str(r), "--world", str(world), "--port", str(port),
-               "--methods", mfile, "--steps", str(steps), "--seed", str(seed), "--out", out]
+               "--methods", mfile, "--steps", str(steps), "--out", out] + (["--reference"] if reference else [])
         procs.append(subprocess.Popen(cmd, stdout=None if r == 0 else subprocess.DEVNULL, stderr=subprocess.PIPE, text=True))
     errs = [p.communicate()[1] for p in procs]
     return [e[-3000:] for p, e in zip(procs, errs) if p.returncode]
 
 
-def done_labels(out):
+def done(out):
+    """(label, seed) of every run in the results file."""
     if not os.path.exists(out):
         return set()
     with open(out) as f:
-        return {json.loads(line)["label"] for line in f if line.strip()}
+        return {(r["label"], r["seed"]) for r in map(json.loads, filter(str.strip, f))}
 
 
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--world", type=int, default=4)
-    ap.add_argument("--steps", type=int, default=400)
-    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--steps", type=int, default=1000, help="inner steps of every run")
+    ap.add_argument("--seeds", default=None, help="comma-separated seeds for every method (default: each method's)")
     ap.add_argument("--only", default=None, help="comma-separated labels")
+    ap.add_argument("--list", action="store_true", help="print the methods and their seeds, run nothing")
     ap.add_argument("--fresh", action="store_true", help="start a new results file")
-    ap.add_argument("--time-one", action="store_true", help="train 'adamw fp32' once into a scratch file, print seconds")
+    ap.add_argument("--time-one", action="store_true",
+                    help="train the first method (fp32 unless --only) once, seed 0, into a scratch file; print seconds")
+    ap.add_argument("--reference", action="store_true",
+                    help="local-steps methods use reference_localsteps.py (fp32 all-reduce), not gradcomp.localsteps")
     ap.add_argument("--out", default=os.path.join(ROOT, "build", "frontier", "results.jsonl"))
     a = ap.parse_args()
-    os.makedirs(os.path.dirname(os.path.abspath(a.out)), exist_ok=True)
     ms = methods()
     if a.only:
         want = a.only.split(",")
+        unknown = set(want) - {m["label"] for m in ms}
+        if unknown:
+            raise SystemExit(f"no such method: {', '.join(sorted(unknown))}")
         ms = [m for m in ms if m["label"] in want]
-    for m in ms:  # warm-up fractions -> steps
-        if "warmup" in m:
-            m["warmup"] = int(m["warmup"] * a.steps)
+    if a.seeds:
+        for m in ms:
+            m["seeds"] = [int(x) for x in a.seeds.split(",")]
+    if a.list:
+        for m in ms:
+            print(f"{m['label']:32s} seeds {','.join(map(str, m['seeds']))}  {m['spec']} {json.dumps(m['options'])}")
+        print(f"{len(ms)} methods, {sum(len(m['seeds']) for m in ms)} runs")
+        return
+    corpus()  # says which package to install when the corpus is missing
+    os.makedirs(os.path.dirname(os.path.abspath(a.out)), exist_ok=True)
+    runs = [{**{k: v for k, v in m.items() if k != "seeds"}, "seed": s} for m in ms for s in m["seeds"]]
     if a.time_one:
         out = a.out + ".timing"
         if os.path.exists(out):
             os.remove(out)
         t = time.time()
-        errs = launch(a.world, [m for m in ms if m["label"] == "adamw fp32"], a.steps, a.seed, out, 29701)
-        print(f"{a.steps} steps: {time.time() - t:.0f} s", "\n".join(errs))
+        errs = launch(a.world, runs[:1], a.steps, out, 29701, a.reference)
+        use = resource.getrusage(resource.RUSAGE_CHILDREN)
+        # CPU seconds of the ranks over the cores: the wall time on idle cores, about
+        print(f"{runs[0]['label']}, {a.steps} steps: {time.time() - t:.0f} s wall, {use.ru_utime + use.ru_stime:.0f} "
+              f"CPU s over {a.world} ranks ({os.cpu_count()} cores, load {os.getloadavg()[0]:.1f})", "\n".join(errs))
         return
     if a.fresh and os.path.exists(a.out):
         os.remove(a.out)
     port, t0 = 29711, time.time()
     while True:
-        todo = [m for m in ms if m["label"] not in done_labels(a.out)]
+        todo = [r for r in runs if (r["label"], r["seed"]) not in done(a.out)]
         if not todo:
             break
         port += 1
-        errs = launch(a.world, todo, a.steps, a.seed, a.out, port)
+        errs = launch(a.world, todo, a.steps, a.out, port, a.reference)
         if errs:
-            failed = todo[0] if todo[0]["label"] not in done_labels(a.out) else None
             print("a rank failed:\n" + "\n".join(errs), flush=True)
+            failed = next((r for r in todo if (r["label"], r["seed"]) not in done(a.out)), None)
             if failed is None:
                 break
             # Record the failure and go on with the rest.
             with open(a.out, "a") as f:
                 f.write(json.dumps({**failed, "failed": errs[0][-1500:]}) + "\n")
-    print(f"all methods: {time.time() - t0:.0f} s", flush=True)
+    print(f"all runs: {time.time() - t0:.0f} s", flush=True)
 
 
 if __name__ == "__main__":
