@@ -41,6 +41,9 @@ METHODS = [  # (label, spec, options)
     ("FSDP2 fp32 reduce-scatter", "fsdp:fp32", {}),
     ("gradcomp TAGC (FSDP2 reduce-scatter)", "fsdp:tagc", {}),
     ("gradcomp int8 (FSDP2 reduce-scatter)", "fsdp:int8", {}),
+    # Local steps: no exchange per step; every 5 steps the pseudo-gradient, int4 + EF, sharded
+    ("gradcomp local steps int4+EF H=5", "localsteps:int4",
+     {"path": "sharded", "period": 5, "outer_lr": 1.0, "outer_momentum": 0.0, "error_feedback": True}),
 ]
 RATES = {"unlimited": (None, None), "100mbit": (100e6, "64kb"), "1gbit": (1e9, "256kb"), "10gbit": (10e9, "2mb")}
 NS = "gc-e2e"
