@@ -64,6 +64,11 @@ def methods():
     local("local int4+EF", "int4", "sharded", 10, (0,), error_feedback=True, **average)
     local("local int4+EF", "int4", "sharded", 20, (0,), error_feedback=True, **average)
     local("local fp32", "fp32", "summable", 10, (0,), **average)
+    # Averaging AdamW steps of W replicas shortens the step (their noise cancels): a larger outer
+    # step or a little outer momentum gives it back
+    local("local int4+EF outer lr 1.5", "int4", "sharded", 5, (0,), error_feedback=True, outer_lr=1.5, outer_momentum=0.0)
+    local("local int4+EF outer lr 1.5", "int4", "sharded", 10, (0,), error_feedback=True, outer_lr=1.5, outer_momentum=0.0)
+    local("local int4+EF momentum 0.5", "int4", "sharded", 10, (0,), error_feedback=True, outer_lr=1.0, outer_momentum=0.5)
     # Per step (DDP, one exchange of the gradients every step): the peers' curve
     for r in (1, 2, 4, 8):
         add(f"PowerSGD r{r}", "torch:powersgd", {"rank": r})
