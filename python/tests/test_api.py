@@ -11,9 +11,9 @@ import pytest
 import torch
 
 import gradcomp
-from gradcomp import ddp, fsdp, restart, tagc, testing
+from gradcomp import ddp, fsdp, models, restart, tagc, testing
 
-MODULES = [gradcomp, ddp, fsdp, restart, tagc, testing]
+MODULES = [gradcomp, ddp, fsdp, models, restart, tagc, testing]
 
 
 def _public(module):
