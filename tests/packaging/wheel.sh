@@ -101,7 +101,7 @@ source_dir="${unpacked}/gradcomp-${version}"
 grep -qF "gradcomp: headers from ${source_dir}/include" "${work}/wheel-build.log" ||
   { echo "error: the wheel was not built from the sdist's include/ (no 'gradcomp: headers from ${source_dir}/include' in ${work}/wheel-build.log)" >&2; exit 1; }
 wheel="$(ls "${work}/dist/gradcomp-${version}-"*.whl)"
-for f in gradcomp/__init__.py gradcomp/ddp/__init__.py gradcomp/ddp/compress_hook.py gradcomp/py.typed gradcomp/_core.pyi \
+for f in gradcomp/__init__.py gradcomp/ddp/__init__.py gradcomp/ddp/gather_sharded.py gradcomp/py.typed gradcomp/_core.pyi \
          "gradcomp-${version}.dist-info/licenses/LICENSE"; do
   "${python}" -c 'import sys, zipfile; sys.exit(sys.argv[2] not in zipfile.ZipFile(sys.argv[1]).namelist())' "${wheel}" "${f}" ||
     { echo "error: the wheel has no ${f}" >&2; exit 1; }

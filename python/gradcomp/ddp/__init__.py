@@ -44,21 +44,22 @@ Example::
 The hook states are checkpointable: ``state_dict()`` (a collective: every rank calls it)
 gathers every rank's residuals, thresholds and steps; ``load_state_dict()`` restores them,
 exactly when the world size is unchanged, and into another world size as described on each
-class. docs/python.md in the repository maps each path onto the collectives.
+class. docs/python.md in the repository is the package's manual; docs/integrations.md maps each
+path onto the collectives.
 
 Modules, one per algorithm:
 
 * :mod:`gradcomp.ddp.hook_state`: :class:`HookState` (the codec, the path rule, the
   per-parameter states, checkpoints);
 * :mod:`gradcomp.ddp.summable_hook`: the summable casts, all-reduced;
-* :mod:`gradcomp.ddp.compress_hook`: :func:`compress_hook`, the gather and sharded paths and
-  a bucket's layout;
-* :mod:`gradcomp.ddp.tagc_hook`: :class:`TagcHookState` and :func:`tagc_hook`.
+* :mod:`gradcomp.ddp.gather_sharded`: :func:`compress_hook` and its compressed codecs on the
+  gather and the sharded path, a bucket's layout;
+* :mod:`gradcomp.ddp.tagc2`: TAGC-2, :class:`TagcHookState` and :func:`tagc_hook`.
 """
 
 from .._checkpoint import shard_of
-from .compress_hook import compress_hook
+from .gather_sharded import compress_hook
 from .hook_state import HookState
-from .tagc_hook import TagcHookState, tagc_hook
+from .tagc2 import TagcHookState, tagc_hook
 
 __all__ = ["HookState", "TagcHookState", "compress_hook", "shard_of", "tagc_hook"]

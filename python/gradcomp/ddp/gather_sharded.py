@@ -1,7 +1,8 @@
-"""Compressed codecs under :func:`compress_hook`: each large parameter of a bucket compressed on
-its own, on the gather path (all-gathered frames, decoded in rank order) or the sharded path (an
-all-to-all of shards, each reduced and compressed again by its owner, then an all-gather), in
-the bucket's fixed layout (:class:`_Plan`)."""
+"""The DDP hook :func:`compress_hook` (its state: :class:`HookState`). Summable casts go to
+:mod:`gradcomp.ddp.summable_hook`; every other codec compresses each large parameter of a bucket
+on its own, on the gather path (all-gathered frames, decoded in rank order) or the sharded path
+(an all-to-all of shards, each reduced and compressed again by its owner, then an all-gather),
+in the bucket's fixed layout (:class:`_Plan`)."""
 
 # No `from __future__ import annotations`: DDP's register_comm_hook checks the hooks' annotations
 # against dist.GradBucket and torch.futures.Future[torch.Tensor] as objects, not strings.
