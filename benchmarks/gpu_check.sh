@@ -93,7 +93,7 @@ say "- python_build: $(tail -n1 "$out/python_build.log"), log: python_build.log"
 if grep -q "^exit 0" "$out/python_build.log"; then
   export PYTHONPATH=$site${PYTHONPATH:+:$PYTHONPATH}
   step python_info "$py" -c "import gradcomp, json; print(json.dumps(gradcomp.build_info()))" || status=1
-  step python_tests "$py" -m pytest -q -m gpu -p no:cacheprovider python/tests/test_gpu.py || status=1
+  step python_tests "$py" -m pytest -q -m gpu -p no:cacheprovider python/tests || status=1
   tail -n1 "$out/python_tests.log" | sed 's/^/  /' | tee -a "$summary"
   step python_bench "$py" benchmarks/gpu_python.py "$out/python_bench.json" || status=1
 else

@@ -1,4 +1,4 @@
-"""Turns benchmarks/e2e/run.py's results into a table in docs/integrations.md and a plot in docs/:
+"""Turns benchmarks/e2e/run.py's results into a table in docs/python.md and a plot in docs/:
 2 ranks between the e2e-table markers and docs/e2e-bandwidth.png; W ranks (another W) between
 the e2e-table-W markers and docs/e2e-bandwidth-W.png.
 
@@ -144,13 +144,13 @@ def main():
     target, rows = analyse(res)
     md = table(res, target, rows)
     print(md)
-    doc = os.path.join(ROOT, "docs", "integrations.md")
+    doc = os.path.join(ROOT, "docs", "python.md")
     with open(doc) as f:
         text = f.read()
     tag = "" if res["world"] == 2 else f"-{res['world']}"
     marks = (f"<!-- e2e-table{tag}:begin -->\n", f"<!-- e2e-table{tag}:end -->")
     if marks[0] not in text:
-        raise SystemExit(f"docs/integrations.md has no {marks[0].strip()} ... {marks[1]} markers")
+        raise SystemExit(f"docs/python.md has no {marks[0].strip()} ... {marks[1]} markers")
     new = re.sub("(" + re.escape(marks[0]) + ").*?(" + re.escape(marks[1]) + ")",
                  lambda m: m.group(1) + md + "\n" + m.group(2), text, flags=re.S)
     with open(doc, "w") as f:

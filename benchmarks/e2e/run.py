@@ -3,7 +3,7 @@
     sudo .venv/bin/python benchmarks/e2e/run.py            # 13 to 25 minutes on 2 cores
     sudo .venv/bin/python benchmarks/e2e/run.py --world 8 --out build/e2e/results-8.json \
         --curve-steps 200 --rates 100mbit,1gbit --repeats 1   # 8 ranks on the same cores
-    .venv/bin/python benchmarks/e2e/report.py              # table -> docs/integrations.md, plot -> docs/
+    .venv/bin/python benchmarks/e2e/report.py              # table -> docs/python.md, plot -> docs/
 
 1. Loss curves: every method trains the benchmark model (rank.py) for --curve-steps steps on
    loopback; the run is deterministic, so the steps it needs to reach the target loss do not

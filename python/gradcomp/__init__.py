@@ -18,20 +18,25 @@ with the world size). Summable codecs run in phases whose buffers the transport 
 
 Submodules (imported on first use; they import ``torch.distributed``):
 
-* :mod:`gradcomp.ddp`: DDP communication hooks, :func:`gradcomp.ddp.compress_hook` (codecs by
-  name, on the gather or the sharded path) and :func:`gradcomp.ddp.tagc_hook` (TAGC-2);
+* :mod:`gradcomp.ddp`: DDP communication hooks, one module per algorithm:
+  :func:`gradcomp.ddp.compress_hook` with :class:`gradcomp.ddp.HookState` (codecs by name, on
+  the gather or the sharded path; summable casts all-reduced) and :func:`gradcomp.ddp.tagc_hook`
+  with :class:`gradcomp.ddp.TagcHookState` (TAGC-2);
 * :mod:`gradcomp.localsteps`: local steps (DiLoCo, Streaming DiLoCo, SparseLoCo): every rank a
   replica, pseudo-gradients through any codec every H steps, :class:`gradcomp.localsteps.LocalSteps`;
 * :mod:`gradcomp.fsdp`: any codec (sharded reduce-scatter) or TAGC-2 as FSDP2's reduce-scatter,
   :func:`gradcomp.fsdp.attach`;
+* :mod:`gradcomp.tagc`: what the two TAGC paths share;
 * :mod:`gradcomp.restart`: checkpoints every N steps from every rank, atomic and checksummed,
   and the resume from the newest one every rank verifies;
-* :mod:`gradcomp.tagc`: what the two TAGC paths share;
-* :mod:`gradcomp.testing`: the tests' model, task and training loop;
 * :mod:`gradcomp.tp`: tensor parallelism (Megatron-style layers, a GPT block) whose exchanges
-  go through AccTFM's hybrid codec, optionally pipelined by :func:`plan_layer`.
+  go through AccTFM's hybrid codec, optionally pipelined by :func:`plan_layer`;
+* :mod:`gradcomp.models`: the tests' and benchmarks' model and task;
+* :mod:`gradcomp.testing`: their training loops.
 
-docs/integrations.md in the repository maps each path onto the collectives.
+The hook states, the FSDP2 owners and TAGC's states share one checkpoint module
+(``gradcomp._checkpoint``: every rank's states gathered, restored at the same or another world
+size). docs/python.md in the repository is the package's manual.
 """
 
 __version__ = "0.1.0"  # the library's version (tests/packaging/versions.cmake holds every copy equal)
@@ -39,9 +44,9 @@ __version__ = "0.1.0"  # the library's version (tests/packaging/versions.cmake h
 from ._core import Compressor, Error, PhaseCodec, PhaseState, Sharded, ShardedState, State, SummableCast, Tagc, best_chunking, build_info, codecs, crc32c, pipeline_seconds, plan_layer
 
 __all__ = ["Compressor", "Error", "PhaseCodec", "PhaseState", "Sharded", "ShardedState", "State", "SummableCast", "Tagc",
-           "best_chunking", "build_info", "codecs", "crc32c", "pipeline_seconds", "plan_layer", "ddp", "fsdp", "localsteps", "restart", "tagc", "testing", "tp"]
+           "best_chunking", "build_info", "codecs", "crc32c", "pipeline_seconds", "plan_layer", "ddp", "fsdp", "localsteps", "models", "restart", "tagc", "testing", "tp"]
 
-_SUBMODULES = ("ddp", "fsdp", "localsteps", "restart", "tagc", "testing", "tp")
+_SUBMODULES = ("ddp", "fsdp", "localsteps", "models", "restart", "tagc", "testing", "tp")
 
 
 def __getattr__(name: str):  # the submodules import torch.distributed: load them on first use

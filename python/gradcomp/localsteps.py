@@ -49,7 +49,7 @@ import torch.distributed as dist
 
 from . import _core
 from ._core import Compressor, Error, Sharded, SummableCast, codecs
-from ._gather import gather_blobs
+from ._checkpoint import gather_blobs
 
 __all__ = ["LocalSteps"]
 

@@ -24,7 +24,7 @@ import torch
 import torch.distributed as dist
 
 from ._core import PhaseCodec, PhaseState, Tagc
-from ._gather import gather_blobs
+from ._checkpoint import GroupMember, gather_blobs, restore_rows
 
 _FORMAT = 1
 _CELLS = {"bf16": torch.bfloat16, "fp32": torch.float32}
@@ -81,7 +81,7 @@ def cell_dtype(codec: PhaseCodec) -> torch.dtype:
     return _CELLS[codec.config["cells"]]
 
 
-class TagcStates:
+class TagcStates(GroupMember):
     """A TAGC codec and named per-buffer states, with collective checkpoints.
 
     The base of :class:`gradcomp.ddp.TagcHookState` (one state per parameter) and
@@ -124,14 +124,6 @@ class TagcStates:
         numel = sum(st.size for st in self.states.values())
         return (f"{type(self).__name__}(preset={self.preset!r}, {key}, states={len(self.states)} / {numel} elements, "
                 f"calls={self.calls}, bytes_sent={self.bytes_sent}, peeled={self.peel_fraction():.4f})")
-
-    def world(self) -> int:
-        """The size of the process group."""
-        return dist.get_world_size(self.process_group)
-
-    def rank(self) -> int:
-        """This process's rank in the process group."""
-        return dist.get_rank(self.process_group)
 
     def peel_fraction(self) -> float:
         """The share of the decoded union items that peeled, all steps (1.0 before any)."""
@@ -190,8 +182,4 @@ class TagcStates:
             raise ValueError("gradcomp TAGC state was made with another TAGC configuration")
 
     def _restore(self, sd: dict, name: str, st) -> None:
-        rows, old = sd["states"][name], sd["world_size"]
-        if old == self.world():
-            self.codec.load_checkpoint(st, rows[self.rank()].numpy().tobytes())
-        else:
-            self.codec.restore_elastic(st, [rows[r].numpy().tobytes() for r in range(old)])
+        restore_rows(self.codec, st, sd["states"][name], sd["world_size"], self.world(), self.rank())

@@ -22,7 +22,7 @@ the weight gradient computed while the chunks travel).
 
 Example (every rank runs it; the process group is initialised)::
 
-    >>> dense = gradcomp.testing.TinyTransformer(d=64, heads=4)
+    >>> dense = gradcomp.models.TinyTransformer(d=64, heads=4)
     >>> model = gradcomp.tp.GPT.from_dense(dense, gradcomp.tp.AccTFM(density=1 / 8))
     >>> loss = F.cross_entropy(model(x).flatten(0, 1), y.flatten())
     >>> loss.backward(); opt.step()            # no gradient all-reduce: every rank is exact
@@ -40,6 +40,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from ._core import Compressor, best_chunking, pipeline_seconds, plan_layer
+from .models import TinyTransformer
 
 __all__ = ["AccTFM", "AllReduce", "ColumnParallelLinear", "Exchange", "GPT", "ParallelBlock", "RowParallelLinear",
            "make_exchange", "plan"]
@@ -412,7 +413,7 @@ class ParallelBlock(nn.Module):
         return x + self.fc2(F.gelu(self.fc1(self.ln2(x))))
 
     def load_dense(self, block: nn.Module) -> None:
-        """Copies this rank's share of a :class:`gradcomp.testing.Block`."""
+        """Copies this rank's share of a :class:`gradcomp.models.Block`."""
         self.ln1.load_state_dict(block.ln1.state_dict())
         self.ln2.load_state_dict(block.ln2.state_dict())
         self.qkv.load_dense(block.attn.in_proj_weight, block.attn.in_proj_bias)
@@ -422,7 +423,7 @@ class ParallelBlock(nn.Module):
 
 
 class GPT(nn.Module):
-    """:class:`gradcomp.testing.TinyTransformer` split over the tensor-parallel group: the same
+    """:class:`gradcomp.models.TinyTransformer` split over the tensor-parallel group: the same
     embeddings, layer norms and LM head on every rank, :class:`ParallelBlock` s in between.
 
     Its weights are those of a TinyTransformer built with ``seed`` (or of ``dense``), the same
@@ -443,8 +444,6 @@ class GPT(nn.Module):
         self.ln, self.head = nn.LayerNorm(d), nn.Linear(d, vocab, bias=False)
         self.mask = torch.triu(torch.full((seq, seq), float("-inf")), 1)
         if dense is None:
-            from .testing import TinyTransformer
-
             with torch.random.fork_rng():
                 torch.manual_seed(seed)
                 dense = TinyTransformer(vocab=vocab, d=d, heads=heads, layers=layers, seq=seq)

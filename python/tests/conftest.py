@@ -25,3 +25,16 @@ def pytest_runtest_setup(item):
         pytest.skip("this build of gradcomp has no CUDA kernels")
     if not torch.cuda.is_available():
         pytest.skip("no CUDA device")
+
+
+def _device_params():
+    import pytest
+
+    return ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)]
+
+
+def pytest_generate_tests(metafunc):
+    """``device``: every test that takes it runs once per backend, on the CPU and (marked ``gpu``,
+    skipped without a CUDA device or a CUDA build) on cuda:0."""
+    if "device" in metafunc.fixturenames:
+        metafunc.parametrize("device", _device_params())

@@ -1,15 +1,18 @@
 """Test helpers: run a function on `world` gloo ranks (torch.multiprocessing.spawn) and return
-what rank 0's function returned; compare tensors across ranks; simulate TAGC's collectives."""
+what rank 0's function returned; compare tensors across ranks and devices; simulate TAGC's
+collectives; train the test model on a device."""
 
 import os
 import socket
 import sys
 import tempfile
 
+import numpy as np
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
+import gradcomp
 from gradcomp import testing
 
 
@@ -40,6 +43,49 @@ def run(world: int, fn, *args):
         out = os.path.join(d, "result.pt")
         mp.spawn(_entry, args=(world, _free_port(), fn, args, out), nprocs=world)
         return torch.load(out, weights_only=False)
+
+
+def bits(t) -> np.ndarray:
+    """A tensor's (any device) or NumPy array's values as their bits (int16 or int32), on the
+    host: float comparisons bit for bit."""
+    t = t.detach().cpu().contiguous() if isinstance(t, torch.Tensor) else torch.from_numpy(np.ascontiguousarray(t))
+    return t.view(torch.int16 if t.element_size() == 2 else torch.int32).numpy()
+
+
+def host(a) -> np.ndarray:
+    """A state's array on the host: a CUDA state's tensor copied, a CPU state's NumPy view as is."""
+    return a.cpu().numpy() if isinstance(a, torch.Tensor) else np.asarray(a)
+
+
+def raised(device: str, call, check):
+    """The gradcomp.Error a bad input gets: raised by ``call`` on the CPU; on a CUDA device the
+    call is queued and raises nothing, and ``check()`` raises it."""
+    import pytest
+
+    if device == "cpu":
+        with pytest.raises(gradcomp.Error) as e:
+            call()
+    else:
+        call()  # queued: nothing is raised yet
+        with pytest.raises(gradcomp.Error) as e:
+            check()
+    return e.value
+
+
+def fit(net, steps, rank=0, world=1, device="cuda"):
+    """SGD with momentum on the test task's batches (rank r of W draws batch step * W + r), on
+    ``device``: the losses."""
+    opt = torch.optim.SGD(net.parameters(), lr=0.1, momentum=0.9)
+    task = testing.MarkovTask()
+    losses = []
+    for step in range(steps):
+        x, y = task.batch(step * world + rank, 8, 32)
+        loss = torch.nn.functional.cross_entropy(net(x.to(device)).flatten(0, 1), y.to(device).flatten())
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())
+    return losses
 
 
 def all_same(t: torch.Tensor) -> bool:

@@ -257,3 +257,329 @@ def test_many_buffers_in_one_call_equal_one_call_each():
         c.accumulate_many(bad, block, sums, offsets)
     assert e.value.code == "checksum_mismatch"
     assert all(torch.equal(s, b) for s, b in zip(sums, before))  # all or nothing
+
+
+# --- On every device: the CPU, and cuda:0 (marked gpu) against the CPU's bytes ---------------
+
+INFO = gradcomp.build_info()
+SPARSE = ("topk", "topk_fp32", "topk_int8")
+N = 100_003  # odd: bf16 sections end in padding; several chunks below
+NT = 100_005  # odd, a multiple of 3 and 5: every shard of W = 1, 3, 5 has NT / W elements
+_bits, _host = dist_util.bits, dist_util.host
+
+
+def _pair(name, **options):
+    """The same codec twice (CPU, device); sparse frames as u32 lists, which the GPU writes."""
+    opts = {"chunk_bytes": 65536, **options}
+    if name in SPARSE:
+        opts.update(compact_indices=False, density=0.01)
+    return gradcomp.Compressor(name, **opts), gradcomp.Compressor(name, **opts)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("name", INFO["cuda_codecs"])
+def test_payloads_equal_the_cpu(name, dtype, device):
+    for feedback in (False, True):
+        cpu, dev = _pair(name, error_feedback=feedback)
+        s_cpu, s_dev = cpu.make_state(N), dev.make_state(N, device=device)
+        g = torch.Generator().manual_seed(7)
+        for step in range(3):
+            grad = (torch.randn(N, generator=g) * 10.0 ** (step - 2)).to(dtype)
+            out_cpu = torch.zeros(cpu.max_payload_bytes(N, dtype), dtype=torch.uint8)
+            out_dev = torch.zeros(cpu.max_payload_bytes(N, dtype), dtype=torch.uint8, device=device)
+            n_cpu = cpu.compress(grad, s_cpu, out_cpu)
+            n_dev = dev.compress(grad.to(device), s_dev, out_dev)
+            assert n_dev == n_cpu, (name, feedback, step)
+            assert torch.equal(out_dev[:n_dev].cpu(), out_cpu[:n_cpu]), (name, feedback, step)
+            assert s_dev.step == s_cpu.step == step + 1
+            if s_cpu.residual.shape[0]:
+                assert np.array_equal(_bits(s_dev.residual), np.asarray(s_cpu.residual).view(np.int32))
+            for add in (False, True):
+                start = torch.randn(N, generator=g).to(dtype)
+                want, got = start.clone(), start.to(device)
+                (cpu.accumulate if add else cpu.decompress)(out_cpu[:n_cpu], want)
+                (dev.accumulate if add else dev.decompress)(out_dev[:n_dev], got)
+                assert np.array_equal(_bits(got), _bits(want)), (name, feedback, step, add)
+        dev.check()
+
+
+@pytest.mark.parametrize("name", ["bf16", "fp16", "fp32"])
+def test_summable_casts_equal_the_cpu(name, device):
+    c = gradcomp.Compressor(name)
+    wire = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}[name]
+    src = torch.randn(N, generator=torch.Generator().manual_seed(3)) * 1e-3
+    src[:4] = torch.tensor([float("nan"), float("inf"), -0.0, 1e-40])
+    codes, dcodes = torch.empty(N, dtype=wire), torch.empty(N, dtype=wire, device=device)
+    c.encode_cast(src, codes, 0.25)
+    c.encode_cast(src.to(device), dcodes, 0.25)
+    assert np.array_equal(_bits(dcodes), _bits(codes))
+    dst, ddst = torch.ones(N), torch.ones(N, device=device)
+    c.decode_cast(codes, dst, add=True)
+    c.decode_cast(dcodes, ddst, add=True)
+    assert np.array_equal(_bits(ddst), _bits(dst))
+
+
+@pytest.mark.parametrize("name", ["int8", "topk"])
+def test_a_corrupted_payload_raises_at_the_next_check_and_leaves_the_output(name, device):
+    """On the CPU the call raises; on a device the next check() does. The output is untouched."""
+    c = gradcomp.Compressor(name, density=0.01) if name == "topk" else gradcomp.Compressor(name)
+    grad = torch.randn(N, device=device)
+    st = c.make_state(N, device=device)
+    out = torch.empty(c.max_payload_bytes(N), dtype=torch.uint8, device=device)
+    n = c.compress(grad, st, out)
+    bad = out[:n].clone()
+    bad[n // 2] ^= 4
+    acc = torch.randn(N, device=device)
+    before = acc.clone()
+    assert dist_util.raised(device, lambda: c.accumulate(bad, acc), c.check).code == "checksum_mismatch"
+    assert torch.equal(acc, before)
+    c.check()  # the report was read and cleared
+    c.accumulate(out[:n], acc)
+    c.check()
+    assert not torch.equal(acc, before)
+
+
+def test_the_report_is_read_every_check_interval_calls(device):
+    c = gradcomp.Compressor("int8")
+    c.check_interval = 2
+    st = c.make_state(1000, device=device)
+    out = torch.empty(c.max_payload_bytes(1000), dtype=torch.uint8, device=device)
+    n = c.compress(torch.randn(1000, device=device), st, out)  # call 1
+    out[100] ^= 1
+    with pytest.raises(gradcomp.Error) as e:
+        c.decompress(out[:n], torch.zeros(1000, device=device))  # call 2: the interval's check
+    assert e.value.code == "checksum_mismatch"
+
+
+def test_non_finite_gradients_are_reported_and_change_nothing(device):
+    c = gradcomp.Compressor("topk", density=0.1, allow_non_finite=False)
+    st = c.make_state(4096, device=device)
+    grad = torch.randn(4096, device=device)
+    grad[17] = float("nan")
+    out = torch.empty(c.max_payload_bytes(4096), dtype=torch.uint8, device=device)
+    assert dist_util.raised(device, lambda: c.compress(grad, st, out), c.check).code == "non_finite_value"
+    assert st.step == 0 and not st.residual.any()
+
+
+def test_device_states_checkpoint_to_any_device(device):
+    c = gradcomp.Compressor("topk", density=0.05)
+    n = 5000
+    st = c.make_state(n, device=device)
+    out = torch.empty(c.max_payload_bytes(n), dtype=torch.uint8, device=device)
+    for _ in range(3):
+        c.compress(torch.randn(n, device=device), st, out)
+    assert st.step == 3 and st.device.startswith(device)
+    blob = st.checkpoint()
+    host = c.make_state(n)
+    host.restore(blob)
+    assert host.step == 3 and np.array_equal(np.asarray(host.residual), _host(st.residual))
+    back = c.make_state(n, device=device)
+    back.restore(host.checkpoint())
+    assert back.step == 3 and np.array_equal(_host(back.residual), _host(st.residual))
+    with pytest.raises(gradcomp.Error):
+        back.restore(blob[:-1])
+    assert back.step == 3 and np.array_equal(_host(back.residual), _host(st.residual))
+    back.step = 9
+    assert back.step == 9
+
+
+@pytest.mark.parametrize("name", ["topk", "int8", "bf16"])
+def test_many_buffers_equal_the_cpu(name, device):
+    """compress_many / accumulate_many on the device's tensors: the CPU's bytes, states and sums."""
+    cpu, dev = _pair(name, error_feedback=True)
+    sizes = [1000, 70_001, 3]
+    grads = [torch.randn(n, generator=torch.Generator().manual_seed(n)) for n in sizes]
+    caps = [cpu.max_payload_bytes(n) for n in sizes]
+    offsets = [16 + sum((c + 7) // 8 * 8 for c in caps[:j]) for j in range(len(sizes))]
+    block = (offsets[-1] + caps[-1] + 7) // 8 * 8
+    out_cpu = torch.zeros(block, dtype=torch.uint8)
+    out_dev = torch.zeros(block, dtype=torch.uint8, device=device)
+    s_cpu = [cpu.make_state(n) for n in sizes]
+    s_dev = [dev.make_state(n, device=device) for n in sizes]
+    got_cpu = cpu.compress_many(grads, s_cpu, out_cpu, offsets)
+    got_dev = dev.compress_many([g.to(device) for g in grads], s_dev, out_dev, offsets)
+    assert got_dev == got_cpu
+    for j in range(len(sizes)):
+        a = offsets[j]
+        assert torch.equal(out_dev[a:a + got_dev[j]].cpu(), out_cpu[a:a + got_cpu[j]])
+        if s_cpu[j].residual.shape[0]:
+            assert np.array_equal(_bits(s_dev[j].residual), np.asarray(s_cpu[j].residual).view(np.int32))
+    out_cpu[:12].view(torch.int32)[:] = torch.tensor(got_cpu, dtype=torch.int32)
+    if device == "cpu":  # the CPU reads the frame sizes from the block; a device takes them as an argument
+        out_dev[:12].view(torch.int32)[:] = torch.tensor(got_dev, dtype=torch.int32)
+    sums_cpu = [torch.zeros(n) for n in sizes]
+    sums_dev = [torch.zeros(n, device=device) for n in sizes]
+    cpu.accumulate_many(out_cpu.repeat(3), block, sums_cpu, offsets)
+    dev.accumulate_many(out_dev.repeat(3), block, sums_dev, offsets, got_dev)
+    dev.check()
+    for a, b in zip(sums_dev, sums_cpu):
+        assert np.array_equal(_bits(a), _bits(b))
+
+
+def _tagc_step(codec, states, grads, dtype):
+    """One TAGC step of len(states) simulated ranks. The reductions run on the CPU (OR / SUM of
+    the bitmaps, the cells summed in float32 in rank order and rounded to the cell type), so
+    both backends get the same reduced bytes. Returns each rank's bitmap, cells and whole output,
+    and the reduced cells."""
+    dev = grads[0].device
+    p0 = codec.describe(0, states[0])
+    bits = [torch.zeros(p0["count"], dtype=torch.int32, device=dev) for _ in states]
+    for g, st, b in zip(grads, states, bits):
+        codec.encode(0, g, st, b)
+    red = bits[0].cpu()
+    for b in bits[1:]:
+        red = red | b.cpu() if p0["op"] == "bor" else red + b.cpu()
+    for st in states:
+        codec.receive(0, st, red.to(dev))
+    p1 = codec.describe(1, states[0])
+    cells = [torch.empty(p1["count"], dtype=dtype, device=dev) for _ in states]
+    for g, st, c in zip(grads, states, cells):
+        codec.encode(1, g, st, c)
+    summed = sum(c.cpu().float() for c in cells).to(dtype).to(dev)
+    outs = []
+    for st in states:
+        out = torch.full((NT,), 7.0, device=dev)
+        codec.receive(1, st, summed, out)
+        outs.append(out)
+    return bits, cells, outs, summed
+
+
+@pytest.mark.parametrize("world", [1, 3])
+@pytest.mark.parametrize("options", [{}, {"bitmap": "sum_safe"}, {"cells": "fp32", "preset": "tagc2"}])
+def test_tagc_phases_equal_the_cpu(world, options, device):
+    """Every TAGC phase on the device's states: the CPU's bitmap words, each shard's first
+    rows x block cells (on CUDA the rest of the padded shard zero), outputs, residuals,
+    thresholds and checkpoints."""
+    opts = dict(options)
+    codec = gradcomp.Tagc(opts.pop("preset", "default"), density=0.01, **opts)
+    dtype = torch.float32 if codec.config["cells"] == "fp32" else torch.bfloat16
+    block = codec.config["block"]
+    s_cpu = [codec.make_state(NT, world, r) for r in range(world)]
+    s_dev = [codec.make_state(NT, world, r, device=device) for r in range(world)]
+    if device == "cuda":
+        assert s_dev[0].device == "cuda:0" and s_dev[0].device_bytes > 0
+    g = torch.Generator().manual_seed(world)
+    for step in range(3):
+        grads = [torch.randn(NT, generator=g) * 10.0 ** (step - 1) for _ in range(world)]
+        b_cpu, c_cpu, o_cpu, _ = _tagc_step(codec, s_cpu, grads, dtype)
+        b_dev, c_dev, o_dev, _ = _tagc_step(codec, s_dev, [x.to(device) for x in grads], dtype)
+        rows = s_cpu[0].rows
+        for r in range(world):
+            assert torch.equal(b_dev[r].cpu(), b_cpu[r]), (step, r)
+            assert s_dev[r].rows == rows
+            padded = c_dev[r].cpu().view(world, -1)
+            assert padded.shape[1] >= rows * block
+            assert np.array_equal(_bits(padded[:, :rows * block]), _bits(c_cpu[r].view(world, rows * block))), (step, r)
+            assert not padded[:, rows * block:].float().abs().sum()
+            assert np.array_equal(_bits(o_dev[r]), _bits(o_cpu[r])), (step, r)
+        for a, b in zip(s_dev, s_cpu):
+            codec.finish_step(a)
+            codec.finish_step(b)
+            assert a.step == b.step == step + 1 and a.stats == b.stats
+            assert np.array_equal(_bits(a.residual), np.asarray(b.residual).view(np.int32))
+            assert np.array_equal(_bits(a.thresholds), np.asarray(b.thresholds).view(np.int32))
+            assert codec.checkpoint(a) == codec.checkpoint(b)
+    codec.check()
+    # A CPU checkpoint continues on the device, and the device's on the CPU.
+    moved = codec.make_state(NT, world, 0, device=device)
+    codec.load_checkpoint(moved, codec.checkpoint(s_cpu[0]))
+    assert moved.step == 3 and codec.checkpoint(moved) == codec.checkpoint(s_cpu[0])
+    back = codec.make_state(NT, world, 0)
+    codec.load_checkpoint(back, codec.checkpoint(s_dev[0]))
+    assert np.array_equal(np.asarray(back.residual), _host(s_dev[0].residual))
+
+
+def test_tagc_shard_receive_equals_the_cpu(device):
+    """receive(1) of a rank's shard (a reduce-scatter's output): on CUDA the padded shard of
+    R x block cells, on the CPU the packed one; the same decoded shard."""
+    world, codec = 3, gradcomp.Tagc(density=0.02)
+    block = codec.config["block"]
+    s_cpu = [codec.make_state(NT, world, r) for r in range(world)]
+    s_dev = [codec.make_state(NT, world, r, device=device) for r in range(world)]
+    grads = [torch.randn(NT, generator=torch.Generator().manual_seed(r)) for r in range(world)]
+    for states, gs in ((s_cpu, grads), (s_dev, [x.to(device) for x in grads])):
+        p0 = codec.describe(0, states[0])
+        bits = [torch.zeros(p0["count"], dtype=torch.int32, device=gs[0].device) for _ in states]
+        for x, st, b in zip(gs, states, bits):
+            codec.encode(0, x, st, b)
+        red = bits[0].cpu()
+        for b in bits[1:]:
+            red = red | b.cpu()
+        for st in states:
+            codec.receive(0, st, red.to(gs[0].device))
+        p1 = codec.describe(1, states[0])
+        cells = [torch.empty(p1["count"], dtype=torch.bfloat16, device=gs[0].device) for _ in states]
+        for x, st, c in zip(gs, states, cells):
+            codec.encode(1, x, st, c)
+        summed = sum(c.cpu().float() for c in cells).to(torch.bfloat16).to(gs[0].device)
+        outs = []
+        for r, st in enumerate(states):
+            s = p1["shard_count"]
+            out = torch.zeros(NT // world, device=gs[0].device)
+            codec.receive(1, st, summed[r * s:(r + 1) * s].clone(), out)
+            codec.finish_step(st)
+            outs.append(out.cpu())
+        if states is s_cpu:
+            want = outs
+        else:
+            assert s_dev[0].rows == s_cpu[0].rows and p1["shard_count"] >= s_cpu[0].rows * block
+            for a, b in zip(outs, want):
+                assert np.array_equal(_bits(a), _bits(b))
+    codec.check()
+
+
+_CAST_DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+
+
+@pytest.mark.parametrize("wire", ["fp32", "bf16", "fp16"])
+def test_summable_cast_states_equal_the_cpu(wire, device):
+    """SummableCast with the device's states: the CPU's codes, residuals and decoded sums (whole
+    and a rank's shard), with and without feedback, at 1 and 3 ranks."""
+    n = NT - 1  # the last shard of 3 is one element short: its code is padding
+    for feedback in (False, True):
+        codec = gradcomp.SummableCast(wire, feedback=feedback)
+        for world in (1, 3):
+            s_cpu = [codec.make_state(n, world, r) for r in range(world)]
+            s_dev = [codec.make_state(n, world, r, device=device) for r in range(world)]
+            g = torch.Generator().manual_seed(world)
+            count = codec.describe(0, s_cpu[0])["count"]
+            for step in range(3):
+                grads = [torch.randn(n, generator=g) * 10.0 ** (step - 1) for _ in range(world)]
+                c_cpu = [torch.empty(count, dtype=_CAST_DTYPES[wire]) for _ in range(world)]
+                c_dev = [torch.empty(count, dtype=_CAST_DTYPES[wire], device=device) for _ in range(world)]
+                for r in range(world):
+                    codec.encode(0, grads[r], s_cpu[r], c_cpu[r])
+                    codec.encode(0, grads[r].to(device), s_dev[r], c_dev[r])
+                    assert np.array_equal(_bits(c_dev[r]), _bits(c_cpu[r])), (wire, feedback, world, step, r)
+                summed = sum(c.float() for c in c_cpu).to(_CAST_DTYPES[wire])
+                shard = count // world
+                for r in range(world):
+                    want, got = torch.zeros(n), torch.zeros(n, device=device)
+                    codec.receive(0, s_cpu[r], summed, want)
+                    codec.receive(0, s_dev[r], summed.to(device), got)
+                    assert np.array_equal(_bits(got), _bits(want))
+                    size = min(n, (r + 1) * shard) - r * shard
+                    want, got = torch.zeros(size), torch.zeros(size, device=device)
+                    codec.receive(0, s_cpu[r], summed[r * shard:(r + 1) * shard].clone(), want)
+                    codec.receive(0, s_dev[r], summed[r * shard:(r + 1) * shard].to(device), got)
+                    assert np.array_equal(_bits(got), _bits(want))
+                    codec.finish_step(s_cpu[r])
+                    codec.finish_step(s_dev[r])
+                    assert s_dev[r].step == s_cpu[r].step == step + 1
+                    assert np.array_equal(_host(s_dev[r].residual), np.asarray(s_cpu[r].residual))
+            codec.check()
+    # A buffer whose padding is not zero (a misrouted shard): the CPU raises at once, a device
+    # writes nothing and check() raises the same code.
+    codec = gradcomp.SummableCast(wire)
+    cpu, dev = codec.make_state(n, 3, 2), codec.make_state(n, 3, 2, device=device)
+    bad = torch.zeros(codec.describe(0, cpu)["count"], dtype=_CAST_DTYPES[wire])
+    bad[-1] = 1
+    with pytest.raises(gradcomp.Error) as want:
+        codec.receive(0, cpu, bad, torch.zeros(n))
+    out = torch.full((n,), 7.0, device=device)
+    got = dist_util.raised(device, lambda: codec.receive(0, dev, bad.to(device), out), codec.check)
+    assert got.code == want.value.code
+    assert torch.equal(out, torch.full((n,), 7.0, device=device))
+    with pytest.raises(gradcomp.Error) as e:
+        codec.receive(0, dev, bad.to(device), torch.zeros(n - 1, device=device))
+    assert e.value.code == "size_mismatch"

@@ -258,3 +258,101 @@ def test_checkpoints_resume_exactly_and_restore_elastic():
     assert all(torch.equal(o, outs[0]) for o in outs)
     with pytest.raises(gradcomp.Error):
         codec.restore_elastic(codec.make_state(n, 3, 0), blobs[:3])  # a saved rank missing
+
+
+# --- On every device: the CPU, and cuda:0 (marked gpu) against the CPU's bytes ---------------
+
+NT = 100_005  # odd, a multiple of 3 and 5: every shard of W = 1, 3, 5 has NT / W elements
+SPARSE = ("topk", "topk_fp32", "topk_int8")
+
+
+def _sharded_step(codec, states, grads, out_dtype):
+    """One step of len(states) simulated ranks of a gradcomp.Sharded codec on the grads' device:
+    the all-to-all and all-gather by slicing. Returns each rank's sends and outputs."""
+    world, dev = len(states), grads[0].device
+    p0 = codec.describe(0, states[0])
+    slot = p0["slot_bytes"]
+    sends = []
+    for g, st in zip(grads, states):
+        buf = torch.empty(p0["send_bytes"], dtype=torch.uint8, device=dev)
+        codec.encode(0, g, st, buf)
+        sends.append(buf)
+    outs = []
+    for j, st in enumerate(states):
+        recv = torch.cat([sends[r].view(world, slot)[j] for r in range(world)])
+        if codec.mode == "reduce_scatter":
+            out = torch.full((st.shard[1],), 7.0, dtype=out_dtype, device=dev)
+            codec.receive(0, st, recv, out)
+            outs.append(out)
+        else:
+            codec.receive(0, st, recv)
+    if codec.mode == "all_reduce":
+        p1 = codec.describe(1, states[0])
+        gathered = []
+        for st in states:
+            buf = torch.empty(p1["send_bytes"], dtype=torch.uint8, device=dev)
+            codec.encode(1, None, st, buf)
+            gathered.append(buf)
+            sends.append(buf)
+        every = torch.cat(gathered)
+        for st in states:
+            out = torch.full((st.size,), 7.0, dtype=out_dtype, device=dev)
+            codec.receive(1, st, every, out)
+            outs.append(out)
+    return sends, outs
+
+
+@pytest.mark.parametrize("mode", ["all_reduce", "reduce_scatter"])
+@pytest.mark.parametrize("name", ["int8", "topk", "bf16", "int4"])
+def test_sharded_equals_the_cpu(name, mode, device):
+    """The sharded path with the device's states: the CPU's slot bytes, outputs, residuals and
+    checkpoints, at 1 and 3 ranks, float32 and bfloat16 gradients."""
+    opts = {"density": 0.01, "compact_indices": False} if name in SPARSE else {}
+    bits, host = dist_util.bits, dist_util.host
+    for world in (1, 3):
+        for dtype in (torch.float32, torch.bfloat16):
+            codec = gradcomp.Sharded(name, mode, **opts)
+            s_cpu = [codec.make_state(NT, world, r, dtype) for r in range(world)]
+            s_dev = [codec.make_state(NT, world, r, dtype, device) for r in range(world)]
+            g = torch.Generator().manual_seed(world)
+            for step in range(3):
+                grads = [(torch.randn(NT, generator=g) * 10.0 ** (step - 1)).to(dtype) for _ in range(world)]
+                b_cpu, o_cpu = _sharded_step(codec, s_cpu, grads, dtype)
+                b_dev, o_dev = _sharded_step(codec, s_dev, [x.to(device) for x in grads], dtype)
+                for a, b in zip(b_dev, b_cpu):
+                    assert torch.equal(a.cpu(), b), (name, mode, world, dtype, step)
+                for a, b in zip(o_dev, o_cpu):
+                    assert np.array_equal(bits(a), bits(b)), (name, mode, world, dtype, step)
+                for a, b in zip(s_dev, s_cpu):
+                    assert a.step == b.step and a.stage == b.stage
+                    for j in range(world):
+                        assert np.array_equal(host(a.sender_residual(j)), np.asarray(b.sender_residual(j)))
+                    assert np.array_equal(host(a.owner_residual), np.asarray(b.owner_residual))
+                    assert codec.checkpoint(a) == codec.checkpoint(b)
+            codec.check()
+            moved = codec.make_state(NT, world, 0, dtype, device)
+            codec.load_checkpoint(moved, codec.checkpoint(s_cpu[0]))
+            assert moved.step == 3 and codec.checkpoint(moved) == codec.checkpoint(s_cpu[0])
+
+
+def test_sharded_bad_slot_raises_at_the_next_check(device):
+    """A received slot with a flipped payload byte: the CPU raises at receive(0); on a device the
+    call writes nothing and check() raises the CPU's code."""
+    codec = gradcomp.Sharded("int8", "reduce_scatter")
+    grads = [torch.randn(NT, generator=torch.Generator().manual_seed(r)) for r in range(2)]
+    codes = []
+    for on in ("cpu", device):
+        states = [codec.make_state(NT, 2, r, None, None if on == "cpu" else on) for r in range(2)]
+        p0 = codec.describe(0, states[0])
+        sends = []
+        for g, st in zip(grads, states):
+            buf = torch.empty(p0["send_bytes"], dtype=torch.uint8, device=on)
+            codec.encode(0, g.to(on), st, buf)
+            sends.append(buf.view(2, -1))
+        recv = torch.cat([sends[0][0], sends[1][0]])
+        recv[p0["slot_bytes"] + 40] ^= 0x10
+        out = torch.full((states[0].shard[1],), 7.0, device=on)
+        codes.append(dist_util.raised(on, lambda: codec.receive(0, states[0], recv, out), codec.check).code)
+        codec.check()  # cleared
+        assert torch.equal(out.cpu(), torch.full((states[0].shard[1],), 7.0))
+    assert codes[1] == codes[0]

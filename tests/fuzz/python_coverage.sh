@@ -52,8 +52,9 @@ cmake -S python -B "${BUILD}" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CXX_CO
   -DCMAKE_MODULE_LINKER_FLAGS="-fprofile-instr-generate" >"${OUT}/logs/configure.log"
 cmake --build "${BUILD}" --target _core >"${OUT}/logs/build.log"
 PKG="${BUILD}/pkg"
-rm -rf "${PKG}" && mkdir -p "${PKG}/gradcomp"
-cp python/gradcomp/*.py "${PKG}/gradcomp/"
+rm -rf "${PKG}" && mkdir -p "${PKG}"
+cp -r python/gradcomp "${PKG}/gradcomp"
+find "${PKG}/gradcomp" -name __pycache__ -prune -exec rm -rf {} +
 SO="$(find "${BUILD}/stubgen/gradcomp" -name '_core*.so' | head -n1)"
 cp "${SO}" "${PKG}/gradcomp/"
 SO="${PKG}/gradcomp/$(basename "${SO}")"

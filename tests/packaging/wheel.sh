@@ -62,7 +62,8 @@ sdist, top, repo = sys.argv[1:]
 with tarfile.open(sdist) as tar:
     members = {m.name: m for m in tar.getmembers()}
     errors = []
-    for f in ("pyproject.toml", "CMakeLists.txt", "gradcomp/__init__.py", "src/module.cpp", "LICENSE"):
+    for f in ("pyproject.toml", "CMakeLists.txt", "gradcomp/__init__.py", "gradcomp/ddp/__init__.py", "src/module.cpp",
+              "LICENSE"):
         if f"{top}/{f}" not in members:
             errors.append(f"no {f}")
     headers = sorted(os.path.relpath(os.path.join(d, f), repo)
@@ -100,7 +101,8 @@ source_dir="${unpacked}/gradcomp-${version}"
 grep -qF "gradcomp: headers from ${source_dir}/include" "${work}/wheel-build.log" ||
   { echo "error: the wheel was not built from the sdist's include/ (no 'gradcomp: headers from ${source_dir}/include' in ${work}/wheel-build.log)" >&2; exit 1; }
 wheel="$(ls "${work}/dist/gradcomp-${version}-"*.whl)"
-for f in gradcomp/__init__.py gradcomp/py.typed gradcomp/_core.pyi "gradcomp-${version}.dist-info/licenses/LICENSE"; do
+for f in gradcomp/__init__.py gradcomp/ddp/__init__.py gradcomp/ddp/gather_sharded.py gradcomp/py.typed gradcomp/_core.pyi \
+         "gradcomp-${version}.dist-info/licenses/LICENSE"; do
   "${python}" -c 'import sys, zipfile; sys.exit(sys.argv[2] not in zipfile.ZipFile(sys.argv[1]).namelist())' "${wheel}" "${f}" ||
     { echo "error: the wheel has no ${f}" >&2; exit 1; }
 done
