@@ -63,8 +63,10 @@ def methods():
     local("local int4+EF", "int4", "sharded", 10, (0,), error_feedback=True, **average)
     # Averaging AdamW steps of W replicas shortens the step (their noise cancels): a larger outer
     # step or a little outer momentum gives it back
-    local("local int4+EF outer lr 1.5", "int4", "sharded", 5, (0,), error_feedback=True, outer_lr=1.5, outer_momentum=0.0)
+    local("local int4+EF outer lr 1.5", "int4", "sharded", 5, three, error_feedback=True, outer_lr=1.5, outer_momentum=0.0)
     local("local int8", "int8", "sharded", 10, (0,), **average)
+    local("local int4+EF outer lr 2", "int4", "sharded", 5, (0,), error_feedback=True, outer_lr=2.0, outer_momentum=0.0)
+    local("local int4+EF outer lr 2", "int4", "sharded", 10, (0,), error_feedback=True, outer_lr=2.0, outer_momentum=0.0)
     # Per step (DDP, one exchange of the gradients every step): the peers' curve and the best codec
     for r in (4, 2):
         add(f"PowerSGD r{r}", "torch:powersgd", {"rank": r})
