@@ -276,7 +276,7 @@ int main(int argc, char** argv) {
   const std::size_t n = model.extent();
   measurer m(n, tensors);
 
-  // python/src/registry_dense.cpp, registry_grouped.cpp, registry_sparse.cpp: names,
+  // python/src/codecs.hpp (the codec table): names,
   // compositions, default error feedback.
   add<sp::dense, q::none, false>(m, "fp32", "dense", "none");
   add<sp::dense, q::bf16, false>(m, "bf16", "dense", "bf16");

@@ -165,7 +165,7 @@ def section(d, host):
         "In brackets: the ratio to a bf16 ring all-reduce of that buffer (the reference row). "
         "MB and GB are 10^6 and 10^9 bytes.",
         "",
-        "Codecs are the Python package's (`python/src/registry_*.cpp`, default options: 4 MiB chunks, "
+        "Codecs are the Python package's (`python/src/codecs.hpp`, default options: 4 MiB chunks, "
         "groups of 128, top-k and random-k 1%, threshold 1% with room for 1.3 k); TAGC is the TAGC-2 "
         "preset (bitmap all-reduced by bitwise OR, bf16 sketch). For top-k and threshold, P and the "
         "slots are capacities: u32 index lists (the compact index formats are often smaller) and "

@@ -1,9 +1,10 @@
 #pragma once
 // A type-erased gradcomp compressor for the Python bindings: one `codec` interface, one
-// template `codec_impl<C>` per policy composition, built by name from a registry
-// (registry_*.cpp) with options from a Python dict. Every codec also runs on the sharded path
+// template `codec_impl<C>` per policy composition, built by name from a registry (the codec
+// table, codecs.hpp, compiled in registry_*.cpp) with options from a Python dict. Every codec also runs on the sharded path
 // (make_sharded: sharded.hpp, whose definition the registry files include).
 
+#include <gradcomp/core/options.hpp>
 #include <gradcomp/gradcomp.hpp>
 #include <gradcomp/sharded/codec.hpp>
 #include <gradcomp/transformer/acctfm.hpp>
@@ -18,6 +19,7 @@
 #include <stdexcept>
 #include <string>
 #include <string_view>
+#include <tuple>
 #include <type_traits>
 #include <utility>
 #include <variant>
@@ -76,7 +78,8 @@ class codec {
   virtual std::unique_ptr<device_codec> make_device() const = 0;
 };
 
-// --- Options: each config member that the policy configs have is settable by one name.
+// --- Options: every member a policy config names (its options(), core/options.hpp) and the
+// composition's own, each settable by that name.
 
 [[noreturn]] void bad_option(const std::string& key, const char* why);
 double as_double(const std::string& key, const option_value& v);
@@ -86,66 +89,52 @@ std::string as_string(const std::string& key, const option_value& v);
 gc::quantize::rounding as_rounding(const std::string& key, const option_value& v);
 gc::sparsify::threshold::rule as_rule(const std::string& key, const option_value& v);
 
-// Sets `key` in whichever of the config's parts has the matching member; false if none has.
+// An option's value as its member's type, and back.
+template <class T>
+T from_option(const std::string& key, const option_value& v) {
+  if constexpr (std::is_same_v<T, bool>) return as_bool(key, v);
+  else if constexpr (std::is_same_v<T, gc::quantize::rounding>) return as_rounding(key, v);
+  else if constexpr (std::is_same_v<T, gc::sparsify::threshold::rule>) return as_rule(key, v);
+  else if constexpr (std::is_floating_point_v<T>) return static_cast<T>(as_double(key, v));
+  else return static_cast<T>(as_int(key, v));
+}
+template <class T>
+option_value to_option(T v) {
+  if constexpr (std::is_same_v<T, bool>) return v;
+  else if constexpr (std::is_same_v<T, gc::quantize::rounding>)
+    return std::string(v == gc::quantize::rounding::stochastic ? "stochastic" : "nearest");
+  else if constexpr (std::is_same_v<T, gc::sparsify::threshold::rule>)
+    return std::string(v == gc::sparsify::threshold::rule::tagc ? "tagc" : "dgc");
+  else if constexpr (std::is_floating_point_v<T>) return static_cast<double>(v);
+  else return static_cast<long long>(v);
+}
+
+// f(name, member) for every option of a composition's config: its policies' and its own.
+template <class Cfg, class F>
+void each_option(Cfg& c, F&& f) {
+  using K = std::remove_const_t<Cfg>;
+  gc::for_each_option(c.partition, f);
+  gc::for_each_option(c.sparsify, f);
+  gc::for_each_option(c.quantize, f);
+  gc::for_each_option(c.feedback, f);
+  gc::for_each_option(c, std::tuple{gc::option{"seed", &K::seed}, gc::option{"allow_non_finite", &K::allow_non_finite},
+                                    gc::option{"compact_indices", &K::compact_indices}}, f);
+}
+
+// Sets `key` in whichever of the config's parts has an option of that name; false if none has.
 template <class Cfg>
 bool set_option(Cfg& c, const std::string& key, const option_value& v) {
   bool done = false;
-  auto part = [&](auto& p) {
-    using P = std::remove_cvref_t<decltype(p)>;
-    if constexpr (requires { p.density; }) if (key == "density") p.density = as_double(key, v), done = true;
-    if constexpr (requires { p.cols; }) {
-      if (key == "cols") p.cols = static_cast<std::size_t>(as_int(key, v)), done = true;
-      if (key == "k_per_row") p.k_per_row = static_cast<std::size_t>(as_int(key, v)), done = true;
-    }
-    if constexpr (requires { p.group; }) if (key == "group") p.group = static_cast<std::size_t>(as_int(key, v)), done = true;
-    if constexpr (requires { p.round; }) if (key == "rounding") p.round = as_rounding(key, v), done = true;
-    if constexpr (requires { p.levels; }) if (key == "levels") p.levels = static_cast<unsigned>(as_int(key, v)), done = true;
-    if constexpr (requires { p.chunk_bytes; })
-      if (key == "chunk_bytes") p.chunk_bytes = static_cast<std::size_t>(as_int(key, v)), done = true;
-    if constexpr (requires { p.scale; }) if (key == "feedback_scale") p.scale = static_cast<float>(as_double(key, v)), done = true;
-    if constexpr (requires { p.estimate; }) {
-      if (key == "estimate") p.estimate = as_rule(key, v), done = true;
-      if (key == "sample_fraction") p.sample_fraction = as_double(key, v), done = true;
-    }
-    (void)sizeof(P);
-  };
-  part(c.partition);
-  part(c.sparsify);
-  part(c.quantize);
-  part(c.feedback);
-  if (key == "seed") c.seed = static_cast<std::uint32_t>(as_int(key, v)), done = true;
-  if (key == "allow_non_finite") c.allow_non_finite = as_bool(key, v), done = true;
-  if (key == "compact_indices") c.compact_indices = as_bool(key, v), done = true;
+  each_option(c, [&](const char* name, auto& member) {
+    if (key == name) member = from_option<std::remove_cvref_t<decltype(member)>>(key, v), done = true;
+  });
   return done;
 }
 
 template <class Cfg>
 options get_options(const Cfg& c) {
   options o;
-  auto part = [&](const auto& p) {
-    if constexpr (requires { p.density; }) o["density"] = p.density;
-    if constexpr (requires { p.cols; }) {
-      o["cols"] = static_cast<long long>(p.cols);
-      o["k_per_row"] = static_cast<long long>(p.k_per_row);
-    }
-    if constexpr (requires { p.group; }) o["group"] = static_cast<long long>(p.group);
-    if constexpr (requires { p.round; })
-      o["rounding"] = std::string(p.round == gc::quantize::rounding::stochastic ? "stochastic" : "nearest");
-    if constexpr (requires { p.levels; }) o["levels"] = static_cast<long long>(p.levels);
-    if constexpr (requires { p.chunk_bytes; }) o["chunk_bytes"] = static_cast<long long>(p.chunk_bytes);
-    if constexpr (requires { p.scale; }) o["feedback_scale"] = static_cast<double>(p.scale);
-    if constexpr (requires { p.estimate; }) {
-      o["estimate"] = std::string(p.estimate == gc::sparsify::threshold::rule::tagc ? "tagc" : "dgc");
-      o["sample_fraction"] = p.sample_fraction;
-    }
-  };
-  part(c.partition);
-  part(c.sparsify);
-  part(c.quantize);
-  part(c.feedback);
-  o["seed"] = static_cast<long long>(c.seed);
-  o["allow_non_finite"] = c.allow_non_finite;
-  o["compact_indices"] = c.compact_indices;
+  each_option(c, [&](const char* name, const auto& member) { o[name] = to_option(member); });
   return o;
 }
 
@@ -256,14 +245,34 @@ std::unique_ptr<codec> build_with_feedback(const options& opts, bool default_fee
   return ef ? build<S, Q, gc::feedback::residual>(opts) : build<S, Q, gc::feedback::none>(opts);
 }
 
+// The DDP hook's all-gather block (gradcomp.ddp): [int32 payload size of each frame | the
+// frames, max_payload_bytes each | the sharded path's re-encoded shards, one slot each | raw
+// fp32 of the small parameters], every part at a multiple of 8. The block's size is a multiple
+// of 8 too on a CUDA device (device payloads start on 8 bytes) and when it holds slots.
+struct gather_block {
+  std::vector<std::size_t> offsets, caps;  // frame j: where, and its room (max_payload_bytes)
+  std::vector<std::size_t> slot_offsets;   // slot i
+  std::size_t small_offset = 0;            // the raw fp32 values
+  std::size_t bytes = 0;                   // the whole block (one rank's)
+};
+// Frames of sizes[j] elements of types[j], slots of slot_bytes[i] bytes, small_count fp32 values.
+gather_block gather_layout(const codec& c, std::span<const std::size_t> sizes, std::span<const gc::dtype> types,
+                           std::span<const std::size_t> slot_bytes, std::size_t small_count, bool cuda);
+// bytes from offset `at` lie within a block of `block` bytes.
+constexpr bool within(std::size_t at, std::size_t bytes, std::size_t block) { return at <= block && bytes <= block - at; }
+
 using factory = std::function<std::unique_ptr<codec>(const options&)>;
 struct entry {
   std::string name, description;
   factory make;
 };
-void add_dense_codecs(std::vector<entry>& out);
-void add_grouped_codecs(std::vector<entry>& out);
-void add_sparse_codecs(std::vector<entry>& out);
+// The codec table's slices (codecs.hpp), one registry_<slice>.cpp each: add_codecs<slice>
+// appends that slice's codecs.
+enum class codec_slice { dense, grouped, sparse };
+template <codec_slice Here>
+void add_codecs(std::vector<entry>& out);
+// AccTFM's options: error_feedback refused, cols required, chunk_bytes 256 rows by default.
+options acctfm_options(const options& opts);
 std::unique_ptr<codec> make_codec(const std::string& name, const options& opts);
 const std::vector<entry>& registry();
 

@@ -71,12 +71,43 @@ gc::sparsify::threshold::rule as_rule(const std::string& key, const option_value
   bad_option(key, "must be 'dgc' or 'tagc'");
 }
 
+options acctfm_options(const options& opts) {
+  if (const auto it = opts.find("error_feedback"); it != opts.end() && as_bool("error_feedback", it->second))
+    bad_option("error_feedback", "is not available: activations are not re-sent");
+  const auto cols = opts.find("cols");
+  if (cols == opts.end()) bad_option("cols", "is required (the row length: hidden size)");
+  options with = opts;
+  if (!with.contains("chunk_bytes")) with["chunk_bytes"] = 256 * as_int("cols", cols->second) * 4;
+  return with;
+}
+
+gather_block gather_layout(const codec& c, std::span<const std::size_t> sizes, std::span<const gc::dtype> types,
+                           std::span<const std::size_t> slot_bytes, std::size_t small_count, bool cuda) {
+  if (types.size() != sizes.size()) raise(gc::errc::invalid_argument, "gather_layout: one element type per frame");
+  const auto align8 = [](std::size_t b) { return (b + 7) / 8 * 8; };
+  gather_block g;
+  std::size_t at = align8(4 * sizes.size());
+  for (std::size_t j = 0; j < sizes.size(); ++j) {
+    g.offsets.push_back(at);
+    g.caps.push_back(c.max_payload_bytes(sizes[j], types[j]));
+    at = align8(at + g.caps.back());
+  }
+  for (const std::size_t b : slot_bytes) {
+    g.slot_offsets.push_back(at);
+    at = align8(at + b);
+  }
+  g.small_offset = at;
+  g.bytes = at + 4 * small_count;
+  if (cuda || !slot_bytes.empty()) g.bytes = align8(g.bytes);
+  return g;
+}
+
 const std::vector<entry>& registry() {
   static const std::vector<entry> all = [] {
     std::vector<entry> r;
-    add_dense_codecs(r);
-    add_grouped_codecs(r);
-    add_sparse_codecs(r);
+    add_codecs<codec_slice::dense>(r);
+    add_codecs<codec_slice::grouped>(r);
+    add_codecs<codec_slice::sparse>(r);
     return r;
   }();
   return all;

@@ -113,16 +113,7 @@ void cuda_check_device(int device) {
     raise(gc::errc::device_error, "CUDA device " + std::to_string(device) + " does not exist");
 }
 
-// The dense casts and integer codecs of registry_dense.cpp.
-namespace q = gc::quantize;
-using dense = gc::sparsify::dense;
-GRADCOMP_PY_DEVICE_CODECS(dense, q::none)
-GRADCOMP_PY_DEVICE_CODECS(dense, q::bf16)
-GRADCOMP_PY_DEVICE_CODECS(dense, q::fp16)
-GRADCOMP_PY_DEVICE_CODECS(dense, q::fp8<q::fp8_format::e4m3>)
-GRADCOMP_PY_DEVICE_CODECS(dense, q::fp8<q::fp8_format::e5m2>)
-GRADCOMP_PY_DEVICE_CODECS(dense, q::int_block<8>)
-GRADCOMP_PY_DEVICE_CODECS(dense, q::int_block<4>)
-GRADCOMP_PY_DEVICE_CODECS(dense, q::int_block<2>)
+// The GPU kernels of the codec table's dense slice: casts, fp8 and integer blocks.
+GRADCOMP_PY_DEVICE_CODECS(dense)
 
 }  // namespace gradcomp_py

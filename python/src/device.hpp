@@ -5,7 +5,7 @@
 // A codec whose composition has GPU kernels (dense or exact top-k selection, no or residual
 // feedback: `device_capable`) gets a `device_codec` from codec_impl<C>::make_device(); the
 // device calls run on a caller's stream, never synchronise the host, and leave what they
-// find in a device report that `device_context::check` reads (docs/integrations.md, "CUDA
+// find in a device report that `device_context::check` reads (docs/python.md, "CUDA
 // tensors and NCCL").
 
 #include <cstddef>

@@ -1,7 +1,7 @@
 #pragma once
 // device_codec for one composition C: gradcomp::cuda's compress / decode on the caller's stream,
 // with the Compressor's device_context for workspaces and reports. Included by the device*.cu
-// files, each of which instantiates make_device_codec for its share of the registry's codecs.
+// files, each of which instantiates make_device_codec for its slice of the codec table.
 
 #include <gradcomp/cuda.cuh>
 
@@ -11,7 +11,10 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <tuple>
+#include <type_traits>
 
+#include "codecs.hpp"
 #include "device.hpp"
 
 namespace gradcomp_py {
@@ -274,14 +277,26 @@ std::unique_ptr<device_codec> make_device_codec(const C& comp) {
   return std::make_unique<device_codec_impl<C>>(comp);
 }
 
-// Explicit instantiations of make_device_codec for a quantizer Q under selection S, with and
-// without feedback (the registry's build_with_feedback makes both).
-template <class S, class Q>
-using without_feedback = gc::compressor<gc::partition::chunks, S, Q, gc::feedback::none>;
-template <class S, class Q>
-using with_feedback = gc::compressor<gc::partition::chunks, S, Q, gc::feedback::residual>;
-#define GRADCOMP_PY_DEVICE_CODECS(S, Q)                                                                        \
-  template std::unique_ptr<device_codec> make_device_codec<without_feedback<S, Q>>(const without_feedback<S, Q>&); \
-  template std::unique_ptr<device_codec> make_device_codec<with_feedback<S, Q>>(const with_feedback<S, Q>&);
+// make_device_codec of every composition of slice Here of the codec table that has GPU kernels,
+// as function pointers: GRADCOMP_PY_DEVICE_CODECS(slice) defines that list in a device*.cu
+// file, which instantiates them all there.
+template <class C>
+constexpr auto device_codec_of() {
+  if constexpr (device_capable<C>::value) return std::tuple{&make_device_codec<C>};
+  else return std::tuple<>{};
+}
+template <class... C>
+constexpr auto device_codecs_of(type_list<C...>) {
+  return std::tuple_cat(device_codec_of<C>()...);
+}
+template <codec_slice Here>
+constexpr auto device_codecs() {
+  return std::apply(
+      [](const auto&... r) {
+        return std::tuple_cat(device_codecs_of(typename std::remove_cvref_t<decltype(r)>::compositions{})...);
+      },
+      codec_table<Here>());
+}
+#define GRADCOMP_PY_DEVICE_CODECS(slice) extern const auto slice##_device_codecs = device_codecs<codec_slice::slice>();
 
 }  // namespace gradcomp_py

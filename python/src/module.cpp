@@ -499,7 +499,7 @@ NB_MODULE(_core, m) {
           const gc::dtype t = grad_dtype(g, "grad");
           if (states[j] == nullptr) throw nb::type_error("compress_many: states must be State objects");
           const std::size_t cap = c.impl->max_payload_bytes(g.size(), t);
-          if (offsets[j] % 8 != 0 || offsets[j] > out.size() || out.size() - offsets[j] < cap)
+          if (offsets[j] % 8 != 0 || !within(offsets[j], cap, out.size()))
             throw nb::value_error("compress_many: each frame region (offset, max_payload_bytes) must lie in out, "
                                   "at a multiple of 8");
           if (device >= 0) check_device_state(*states[j], device, c, g.size());
@@ -520,11 +520,42 @@ NB_MODULE(_core, m) {
       }, nb::arg("grads"), nb::arg("states"), nb::arg("out").noconvert(), nb::arg("offsets"),
          nb::sig("def compress_many(self, grads: list[torch.Tensor], states: list[State], out: torch.Tensor, offsets: list[int]) -> list[int]"),
          "Compresses several gradients in one call: ``grads[j]`` with ``states[j]`` into ``out`` at\n"
-         "``offsets[j]`` (a multiple of 8, with :meth:`max_payload_bytes` of room), as :meth:`compress` does.\n\n"
+         "``offsets[j]`` (a multiple of 8, with :meth:`max_payload_bytes` of room: :meth:`gather_layout`'s\n"
+         "``offsets``), as :meth:`compress` does.\n\n"
          "Returns:\n"
          "    list[int]: each gradient's payload bytes.\n\n"
          "Raises:\n"
          "    As :meth:`compress`; every argument is checked before anything is compressed.")
+      .def("gather_layout", [](const codec_box& c, const std::vector<std::size_t>& sizes, const std::vector<nb::handle>& dtypes,
+                               const std::vector<std::size_t>& slots, std::size_t small_count, bool cuda) {
+        std::vector<gc::dtype> types;
+        for (const nb::handle d : dtypes) types.push_back(d.is_none() ? gc::dtype::f32 : parse_dtype(d));
+        const gather_block g = gather_layout(*c.impl, sizes, types, slots, small_count, cuda);
+        nb::dict d;
+        for (const auto& [key, list] : {std::pair{"offsets", &g.offsets}, {"caps", &g.caps}, {"slot_offsets", &g.slot_offsets}})
+          d[key] = *list;
+        d["small_offset"] = g.small_offset, d["block_bytes"] = g.bytes;
+        return d;
+      }, nb::arg("sizes"), nb::arg("dtypes"), nb::arg("slots") = std::vector<std::size_t>(), nb::arg("small_count") = 0,
+         nb::arg("cuda") = false,
+         nb::sig("def gather_layout(self, sizes: list[int], dtypes: list[torch.dtype | None], slots: list[int] = [], "
+                 "small_count: int = 0, cuda: bool = False) -> dict"),
+         "One rank's block of the DDP hook's all-gather (:mod:`gradcomp.ddp`): ``[int32 payload size of each\n"
+         "frame | the frames | the slots | raw float32 values]``, every part at a multiple of 8.\n\n"
+         ":meth:`compress_many` writes frame ``j`` at ``offsets[j]`` and :meth:`accumulate_many` reads it there.\n\n"
+         "Args:\n"
+         "    sizes (list[int]): each frame's gradient elements.\n"
+         "    dtypes (list[torch.dtype | None]): each frame's gradient type (None: ``torch.float32``).\n"
+         "    slots (list[int]): bytes of each slot after the frames (the sharded path's re-encoded shards).\n"
+         "    small_count (int): float32 values after the slots.\n"
+         "    cuda (bool): the block travels on a CUDA device (its size is then a multiple of 8, as it is\n"
+         "        whenever it holds slots).\n\n"
+         "Returns:\n"
+         "    dict: ``offsets`` and ``caps`` (each frame's offset and room, :meth:`max_payload_bytes`),\n"
+         "    ``slot_offsets``, ``small_offset`` and ``block_bytes`` (the block's size).\n\n"
+         "Raises:\n"
+         "    gradcomp.Error: ``sizes`` and ``dtypes`` differ in length (``invalid_argument``).\n"
+         "    TypeError: another dtype.")
       .def("accumulate_many", [](codec_box& c, in_array gathered, std::size_t block, std::vector<out_array> outs,
                                  std::vector<std::size_t> offsets, std::optional<std::vector<std::size_t>> sizes) {
         if (outs.size() != offsets.size() || (sizes && sizes->size() != outs.size()))
@@ -535,7 +566,7 @@ NB_MODULE(_core, m) {
           raise(gc::errc::size_mismatch, "accumulate_many: gathered is not a whole number of blocks");
         if (device >= 0 && block % 8 != 0) throw nb::value_error("accumulate_many: CUDA blocks must be multiples of 8 bytes");
         if (device >= 0 && !sizes) throw nb::value_error("accumulate_many: CUDA payloads need their sizes");
-        if (!sizes && 4 * outs.size() > block) raise(gc::errc::size_mismatch, "accumulate_many: blocks too small for the sizes");
+        if (!sizes && !within(0, 4 * outs.size(), block)) raise(gc::errc::size_mismatch, "accumulate_many: blocks too small for the sizes");
         const std::size_t ranks = gathered.size() / block;
         struct item {
           void* out;
@@ -556,7 +587,7 @@ NB_MODULE(_core, m) {
         const auto payload = [&](std::size_t j, std::size_t r) -> std::span<const std::byte> {
           const std::byte* row = base + r * block;
           const std::size_t size = sizes ? items[j].size : gc::load_le<std::uint32_t>(row + 4 * j);
-          if (items[j].at > block || size > block - items[j].at)
+          if (!within(items[j].at, size, block))
             raise(gc::errc::size_mismatch, "accumulate_many: a payload reaches past its rank's block");
           return {row + items[j].at, size};
         };

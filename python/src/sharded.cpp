@@ -268,6 +268,21 @@ void bind_sharded(nb::module_& m) {
          "Raises:\n"
          "    gradcomp.Error: ``k >= phase_count`` (``invalid_argument``), a state of another codec\n"
          "        (``codec_mismatch``).")
+      .def("describe_size", [](const sharded_box& c, std::size_t k, std::size_t n, std::uint32_t world) {
+        return describe_dict(c.impl->describe(k, n, world));
+      }, nb::arg("k"), nb::arg("n"), nb::arg("world"),
+         "Phase ``k``'s collective and buffer sizes for gradients of ``n`` elements at ``world`` ranks, without\n"
+         "a state: what :meth:`describe` returns for any state that ``make_state(n, world, rank)`` makes (the\n"
+         "sizes depend on neither the rank nor the gradients' type).\n\n"
+         "Args:\n"
+         "    k (int): 0 (scatter) or, in all-reduce mode, 1 (gather).\n"
+         "    n (int): gradient elements.\n"
+         "    world (int): the ranks (and shards).\n\n"
+         "Returns:\n"
+         "    dict: as :meth:`describe`.\n\n"
+         "Raises:\n"
+         "    gradcomp.Error: ``k >= phase_count`` or ``world == 0`` (``invalid_argument``), shards over\n"
+         "        2^32 - 1 elements (``count_too_large``).")
       .def("encode", [](const sharded_box& c, std::size_t k, nb::handle grad, sharded_state_box& s, out_array out) {
         sharded_state& st = state_of(c, s);
         if (s.dev || on_cuda(out)) {

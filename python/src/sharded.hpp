@@ -44,6 +44,8 @@ class sharded_codec {
   virtual std::size_t phase_count() const = 0;
   virtual std::unique_ptr<sharded_state> make_state(std::size_t n, std::uint32_t world, std::uint32_t rank) const = 0;
   virtual gc::sharded::phase describe(std::size_t k, const sharded_state& st) const = 0;
+  // The same for gradients of n elements at `world` ranks, without a state.
+  virtual gc::sharded::phase describe(std::size_t k, std::size_t n, std::uint32_t world) const = 0;
   // k == 0: grad holds n values of st.grad_type. k == 1: grad unused.
   virtual void encode(std::size_t k, const void* grad, std::size_t n, sharded_state& st, std::span<std::byte> out) const = 0;
   // out: n values of type t (n == 0: none, receive(0) in all-reduce mode).
@@ -81,7 +83,7 @@ class sharded_impl final : public sharded_codec {
   static const state_impl& own(const sharded_state& s) { return own(const_cast<sharded_state&>(s)); }
 
  public:
-  sharded_impl(const C& c, gc::sharded::mode m) : codec_(c, m) { check(codec_.validate()); }
+  sharded_impl(const C& c, gc::sharded::mode m) : codec_(c, m), flow_(c, c, m) { check(codec_.validate()); }
 
   gc::sharded::mode get_mode() const override { return codec_.get_mode(); }
   std::size_t phase_count() const override { return codec_.phase_count(); }
@@ -95,6 +97,12 @@ class sharded_impl final : public sharded_codec {
   gc::sharded::phase describe(std::size_t k, const sharded_state& st) const override {
     const state_impl& s = own(st);
     const auto p = codec_.describe(k, s.st);
+    if (!p) raise(p.error());
+    return *p;
+  }
+  gc::sharded::phase describe(std::size_t k, std::size_t n, std::uint32_t world) const override {
+    check(flow_.check_geometry(n, world, 0));  // what make_state(n, world, 0) checks
+    const auto p = flow_.describe(k, n, world);
     if (!p) raise(p.error());
     return *p;
   }
@@ -140,6 +148,7 @@ class sharded_impl final : public sharded_codec {
   }
 
   codec_type codec_;
+  gc::sharded::detail::flow<C> flow_;  // what codec_ runs: its sizes without a state
 };
 
 template <class C>

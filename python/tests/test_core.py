@@ -217,6 +217,14 @@ def test_many_buffers_in_one_call_equal_one_call_each():
     caps = [c.max_payload_bytes(n) for n in sizes]
     offsets = [16 + sum((cap + 7) // 8 * 8 for cap in caps[:j]) for j in range(len(sizes))]
     block = offsets[-1] + caps[-1]
+    layout = c.gather_layout(sizes, [None, torch.float32, None])
+    assert layout == {"offsets": offsets, "caps": caps, "slot_offsets": [], "small_offset": (block + 7) // 8 * 8,
+                      "block_bytes": (block + 7) // 8 * 8}
+    with_rest = c.gather_layout(sizes, [None] * 3, [24, 40], 3, False)
+    assert with_rest["slot_offsets"] == [layout["small_offset"], layout["small_offset"] + 24]
+    assert with_rest["small_offset"] == layout["small_offset"] + 64 and with_rest["block_bytes"] == layout["small_offset"] + 80
+    assert c.gather_layout([], [], [], 3, False)["block_bytes"] == 12 and c.gather_layout([], [], [], 3, True)["block_bytes"] == 16
+    assert c.gather_layout([10], [torch.bfloat16])["caps"] == [c.max_payload_bytes(10, torch.bfloat16)]
     out = torch.zeros(block, dtype=torch.uint8)
     states = [c.make_state(n) for n in sizes]
     got = c.compress_many(grads, states, out, offsets)

@@ -107,6 +107,14 @@ def test_describe_sizes_and_bytes_per_rank():
         assert p0["wire_bytes"] + p1["wire_bytes"] < 0.6 * (world - 1) * whole
     assert st.shard == (25_000, 25_000) and codec.phase_count == 2
     assert gradcomp.Sharded("int8", mode="reduce_scatter").phase_count == 1
+    # The same sizes from (n, world) alone, for any rank and dtype.
+    for rank, dtype in ((0, None), (3, torch.bfloat16)):
+        st = codec.make_state(n, world, rank, dtype)
+        assert [codec.describe_size(k, n, world) for k in (0, 1)] == [codec.describe(k, st) for k in (0, 1)]
+    for bad in ((2, n, world), (0, n, 0)):
+        with pytest.raises(gradcomp.Error) as e:
+            codec.describe_size(*bad)
+        assert e.value.code == "invalid_argument"
 
 
 def test_errors_are_exceptions_with_codes():

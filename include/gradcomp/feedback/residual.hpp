@@ -12,6 +12,7 @@
 
 #include "../core/bits.hpp"
 #include "../core/concepts.hpp"
+#include "../core/options.hpp"
 #include "../core/rounding.hpp"
 
 namespace gradcomp::feedback {
@@ -21,6 +22,8 @@ struct residual {
   using policy_kind = feedback_tag;
   struct config {
     float scale = 1.0f;  // applied to the residual before it is added, finite and >= 0
+    // The members a tool sets by name (core/options.hpp).
+    static constexpr auto options() { return std::tuple{option{"feedback_scale", &config::scale}}; }
   };
   static constexpr bool has_state = true;
 

@@ -6,6 +6,7 @@
 #include <cstddef>
 
 #include "../core/concepts.hpp"
+#include "../core/options.hpp"
 
 namespace gradcomp::partition {
 
@@ -13,6 +14,8 @@ struct chunks {
   using policy_kind = partitioner_tag;
   struct config {
     std::size_t chunk_bytes = std::size_t{4} << 20;  // bytes of gradient per chunk
+    // The members a tool sets by name (core/options.hpp).
+    static constexpr auto options() { return std::tuple{option{"chunk_bytes", &config::chunk_bytes}}; }
   };
 
   static constexpr status validate(const config& c) {

@@ -40,6 +40,7 @@
 #include "../core/concepts.hpp"
 #include "../core/fp8.hpp"
 #include "../core/ids.hpp"
+#include "../core/options.hpp"
 #include "../core/reduce.hpp"
 #include "../core/rounding.hpp"
 #include "group.hpp"
@@ -51,6 +52,8 @@ enum class fp8_format : std::uint8_t { e4m3, e5m2 };
 
 struct fp8_config {
   std::size_t group = 0;  // 0: plain cast; else values per scale, a power of two in [1, 4096]
+  // The members a tool sets by name (core/options.hpp).
+  static constexpr auto options() { return std::tuple{option{"group", &fp8_config::group}}; }
 };
 
 template <fp8_format Format>

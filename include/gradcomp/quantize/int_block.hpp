@@ -26,6 +26,7 @@
 #include "../core/byteio.hpp"
 #include "../core/concepts.hpp"
 #include "../core/ids.hpp"
+#include "../core/options.hpp"
 #include "../core/reduce.hpp"
 #include "../core/rounding.hpp"
 #include "group.hpp"
@@ -41,6 +42,10 @@ enum class int_range : std::uint8_t {
 struct int_block_config {
   std::size_t group = 128;  // values per scale: a power of two in [1, 4096]
   rounding round = rounding::nearest;
+  // The members a tool sets by name (core/options.hpp).
+  static constexpr auto options() {
+    return std::tuple{option{"group", &int_block_config::group}, option{"rounding", &int_block_config::round}};
+  }
 };
 
 template <unsigned Bits, int_range Range = int_range::symmetric>

@@ -65,6 +65,7 @@
 #include "../core/byteio.hpp"
 #include "../core/concepts.hpp"
 #include "../core/ids.hpp"
+#include "../core/options.hpp"
 #include "../core/reduce.hpp"
 #include "../core/rounding.hpp"
 #include "group.hpp"
@@ -80,6 +81,10 @@ struct piecewise_config {
   // (1: the model's choice; 16: every candidate). Only the sender's choice of p depends on
   // it, not the format.
   std::uint8_t search = 1;
+  // The members a tool sets by name (core/options.hpp).
+  static constexpr auto options() {
+    return std::tuple{option{"group", &piecewise_config::group}, option{"rounding", &piecewise_config::round}};
+  }
 };
 
 template <unsigned Bits = 4>

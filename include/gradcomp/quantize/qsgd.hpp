@@ -36,6 +36,7 @@
 #include "../core/byteio.hpp"
 #include "../core/concepts.hpp"
 #include "../core/ids.hpp"
+#include "../core/options.hpp"
 #include "../core/reduce.hpp"
 #include "../core/rounding.hpp"
 #include "group.hpp"
@@ -47,6 +48,10 @@ template <unsigned Bits>
 struct qsgd_config {
   std::size_t group = 512;                   // bucket size: a power of two in [1, 4096]
   unsigned levels = (1u << (Bits - 1)) - 1;  // s, in [1, 2^(Bits-1) - 1]
+  // The members a tool sets by name (core/options.hpp).
+  static constexpr auto options() {
+    return std::tuple{option{"group", &qsgd_config::group}, option{"levels", &qsgd_config::levels}};
+  }
 };
 
 template <unsigned Bits = 4>

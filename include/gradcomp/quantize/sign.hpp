@@ -25,6 +25,7 @@
 #include "../core/byteio.hpp"
 #include "../core/concepts.hpp"
 #include "../core/ids.hpp"
+#include "../core/options.hpp"
 #include "../core/reduce.hpp"
 #include "group.hpp"
 
@@ -34,6 +35,8 @@ GRADCOMP_PRECISE_BEGIN
 
 struct sign_config {
   std::size_t group = 128;  // values per scale: a power of two in [1, 4096]
+  // The members a tool sets by name (core/options.hpp).
+  static constexpr auto options() { return std::tuple{option{"group", &sign_config::group}}; }
 };
 
 struct sign : grouped_quantizer<sign_config> {

@@ -26,6 +26,7 @@
 #include "../core/byteio.hpp"
 #include "../core/concepts.hpp"
 #include "../core/ids.hpp"
+#include "../core/options.hpp"
 #include "../core/reduce.hpp"
 #include "../core/rounding.hpp"
 #include "group.hpp"
@@ -35,6 +36,8 @@ GRADCOMP_PRECISE_BEGIN
 
 struct terngrad_config {
   std::size_t group = 128;  // values per scale: a power of two in [1, 4096]
+  // The members a tool sets by name (core/options.hpp).
+  static constexpr auto options() { return std::tuple{option{"group", &terngrad_config::group}}; }
 };
 
 struct terngrad : grouped_quantizer<terngrad_config> {

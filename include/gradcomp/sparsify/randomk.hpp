@@ -14,6 +14,7 @@
 
 #include "../core/concepts.hpp"
 #include "../core/ids.hpp"
+#include "../core/options.hpp"
 #include "topk.hpp"
 
 namespace gradcomp::sparsify {
@@ -22,6 +23,8 @@ struct randomk {
   using policy_kind = sparsifier_tag;
   struct config {
     double density = 0.01;  // fraction of each chunk's elements to keep, in (0, 1]
+    // The members a tool sets by name (core/options.hpp).
+    static constexpr auto options() { return std::tuple{option{"density", &config::density}}; }
   };
   static constexpr std::uint8_t id = ids::sparsifier::randomk;
   static constexpr bool is_dense = false;

@@ -12,6 +12,7 @@
 
 #include "../core/concepts.hpp"
 #include "../core/ids.hpp"
+#include "../core/options.hpp"
 #include "topk.hpp"
 
 namespace gradcomp::sparsify {
@@ -22,6 +23,11 @@ struct row_topk {
     std::size_t cols = 0;        // elements per row (hidden size), > 0
     std::size_t k_per_row = 0;   // values kept per row; 0: ceil(density * cols)
     double density = 0.01;       // used when k_per_row is 0, in (0, 1]
+    // The members a tool sets by name (core/options.hpp).
+    static constexpr auto options() {
+      return std::tuple{option{"cols", &config::cols}, option{"k_per_row", &config::k_per_row},
+                        option{"density", &config::density}};
+    }
   };
   static constexpr std::uint8_t id = ids::sparsifier::row_topk;
   static constexpr bool is_dense = false;

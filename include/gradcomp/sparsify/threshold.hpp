@@ -26,6 +26,7 @@
 
 #include "../core/concepts.hpp"
 #include "../core/ids.hpp"
+#include "../core/options.hpp"
 #include "topk.hpp"
 
 namespace gradcomp::sparsify {
@@ -45,6 +46,11 @@ struct threshold {
     double table_min = 1e-6;
     double table_max = 1.0;
     unsigned steps_per_decade = 23;
+    // The members a tool sets by name (core/options.hpp).
+    static constexpr auto options() {
+      return std::tuple{option{"density", &config::density}, option{"estimate", &config::estimate},
+                        option{"sample_fraction", &config::sample_fraction}};
+    }
   };
   static constexpr std::uint8_t id = ids::sparsifier::threshold;
   static constexpr bool is_dense = false;

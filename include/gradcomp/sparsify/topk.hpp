@@ -11,6 +11,7 @@
 
 #include "../core/concepts.hpp"
 #include "../core/ids.hpp"
+#include "../core/options.hpp"
 
 namespace gradcomp::sparsify {
 
@@ -21,6 +22,8 @@ struct topk {
   using policy_kind = sparsifier_tag;
   struct config {
     double density = 0.01;  // fraction of each chunk's elements to keep, in (0, 1]
+    // The members a tool sets by name (core/options.hpp).
+    static constexpr auto options() { return std::tuple{option{"density", &config::density}}; }
   };
   static constexpr std::uint8_t id = ids::sparsifier::topk;
   static constexpr bool is_dense = false;

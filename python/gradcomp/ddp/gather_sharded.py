@@ -45,27 +45,24 @@ class _Plan:
                 self.small.append((i, m, g.numel()))
                 m += g.numel()
         self.small_count = m
-        at = _align8(4 * len(self.gather))
-        for e in self.gather:
-            cap = c.max_payload_bytes(grads[e[0]].numel(), grads[e[0]].dtype)
+        slots = [[state.sharded.describe(k, state.sharded_states[e[1]])["slot_bytes"] for k in (0, 1)] for e in self.shard]
+        q = -(-m // world)  # raw values per shard
+        layout = c.gather_layout([grads[e[0]].numel() for e in self.gather], [grads[e[0]].dtype for e in self.gather],
+                                 [s1 for _, s1 in slots], q if self.shard else m, dev.type == "cuda")
+        for e, at, cap in zip(self.gather, layout["offsets"], layout["caps"]):
             e += [at, cap]
-            at = _align8(at + cap)
+        self.small1, self.block1 = layout["small_offset"], layout["block_bytes"]
         if self.shard:
             at0, most = 0, 0
-            for e in self.shard:
-                st = state.sharded_states[e[1]]
-                s0, s1 = state.sharded.describe(0, st)["slot_bytes"], state.sharded.describe(1, st)["slot_bytes"]
+            for e, (s0, s1), at in zip(self.shard, slots, layout["slot_offsets"]):
                 e += [at0, s0, at, s1]
-                at0, at, most = at0 + s0, at + s1, max(most, s0)
-            self.q = -(-m // world)  # raw values per shard
+                at0, most = at0 + s0, max(most, s0)
+            self.q = q
             self.small0, self.block0 = at0, _align8(at0 + 4 * self.q)
-            self.small1, self.block1 = at, _align8(at + 4 * self.q)
             self.send0 = torch.zeros(world * self.block0, dtype=torch.uint8, device=dev)
             self.recv0 = torch.empty(world * self.block0, dtype=torch.uint8, device=dev)
             self.scratch = torch.empty(world * most, dtype=torch.uint8, device=dev)
             self.raw = torch.zeros(world * self.q, dtype=torch.float32, device=dev)
-        else:  # on CUDA every rank's block starts on 8 bytes, as device payloads must
-            self.small1, self.block1 = at, (_align8(at + 4 * m) if dev.type == "cuda" else at + 4 * m)
         self.send = torch.zeros(self.block1, dtype=torch.uint8, device=dev)
         self.gather_states = [state.states[e[1]] for e in self.gather]
         self.gather_offsets = [e[2] for e in self.gather]

@@ -159,11 +159,9 @@ class HookState(GroupMember):
         for name, (n, dtype) in self._compressed.items():
             take = "gather"
             if world is not None:
-                st = self.sharded.make_state(n, world, rank, dtype)
-                gather, sharded = _path_bytes(self.compressor, self.sharded, n, dtype, world, st)
+                gather, sharded = _path_bytes(self.compressor, self.sharded, n, dtype, world)
                 if self.path == "sharded" or sharded < gather:
-                    if cuda is not None:
-                        st = self.sharded.make_state(n, world, rank, dtype, cuda)
+                    st = self.sharded.make_state(n, world, rank, dtype, cuda)
                     self.sharded_states[name], take = st, "sharded"
             if take == "gather":
                 self.states[name] = self.compressor.make_state(n, device=self.device)
@@ -288,11 +286,10 @@ class HookState(GroupMember):
                                "does not have") from None
 
 
-def _path_bytes(compressor: Compressor, sharded: Sharded, n: int, dtype: torch.dtype, world: int, state=None):
+def _path_bytes(compressor: Compressor, sharded: Sharded, n: int, dtype: torch.dtype, world: int):
     """(gather, sharded): the bytes a rank puts on the wire per step for one compressed
     parameter of ``n`` elements at ``world`` ranks (HookState's rule)."""
     if world <= 1:
         return 0, 0
     gather = (world - 1) * (4 + compressor.max_payload_bytes(n, dtype))
-    st = state if state is not None else sharded.make_state(n, world, 0, dtype)
-    return gather, (world - 1) * (sharded.describe(0, st)["slot_bytes"] + sharded.describe(1, st)["slot_bytes"])
+    return gather, (world - 1) * sum(sharded.describe_size(k, n, world)["slot_bytes"] for k in (0, 1))
