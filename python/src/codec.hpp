@@ -4,8 +4,9 @@
 // (registry_*.cpp) with options from a Python dict. Every codec also runs on the sharded path
 // (make_sharded: sharded.hpp, whose definition the registry files include).
 
+#include <gradcomp/core/bits.hpp>
 #include <gradcomp/gradcomp.hpp>
-#include <gradcomp/sharded/codec.hpp>
+#include <gradcomp/sharded.hpp>
 #include <gradcomp/transformer/acctfm.hpp>
 #include <gradcomp/transformer/planner.hpp>
 

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Byte-mutation fuzzing of gradcomp's Python entry points (issue 34, item 4).
+"""Byte-mutation fuzzing of gradcomp's Python entry points.
 
 The libFuzzer targets in tests/fuzz drive the C++ decoders directly; this harness drives them
 through the Python bindings (and gradcomp.restart's file checks), where the arrays, the

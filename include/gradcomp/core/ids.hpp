@@ -86,7 +86,7 @@ inline constexpr std::uint32_t frame = tag_of("GCFR");            // a compresse
 inline constexpr std::uint32_t checkpoint = tag_of("GCST");       // a compressor's state (state.hpp)
 inline constexpr std::uint32_t tagc_checkpoint = tag_of("GCTC");  // a TAGC rank's state (tagc/checkpoint.hpp)
 inline constexpr std::uint32_t tagc_codec = tag_of("TAGC");       // first word of the record tagc::codec_id hashes
-inline constexpr std::uint32_t shard_slot = tag_of("GCSL");       // a slot of the sharded path (sharded/codec.hpp)
+inline constexpr std::uint32_t shard_slot = tag_of("GCSL");       // a slot of the sharded path (gradcomp/sharded.hpp)
 inline constexpr std::uint32_t sharded_checkpoint = tag_of("GCSH");  // a sharded codec's state (sharded/checkpoint.hpp)
 inline constexpr std::uint32_t all[] = {frame, checkpoint, tagc_checkpoint, tagc_codec, shard_slot, sharded_checkpoint};
 }  // namespace tag
