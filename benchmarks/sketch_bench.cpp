@@ -36,7 +36,7 @@
 
 #include <gradcomp/core/murmur3.hpp>
 #include <gradcomp/sketch/count_sketch.hpp>
-#include <gradcomp/tagc/codec.hpp>
+#include <gradcomp/tagc.hpp>
 
 #include "tagc_wire.hpp"
 

@@ -14,7 +14,7 @@
 
 #include <gradcomp/core/murmur3.hpp>
 #include <gradcomp/core/numeric.hpp>
-#include <gradcomp/tagc/codec.hpp>
+#include <gradcomp/tagc.hpp>
 #include <gradcomp/transformer/models.hpp>
 #include <gradcomp/transformer/split.hpp>
 #include <gradcomp/transformer/tagc.hpp>

@@ -1,5 +1,6 @@
 // The composition end to end on the CPU: round trips, exact top-k, contraction, error
 // feedback conservation, chunked pipelining, size queries and argument errors.
+#include <gradcomp/core/bits.hpp>
 #include <gradcomp/gradcomp.hpp>
 
 #include <doctest/doctest.h>

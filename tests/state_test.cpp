@@ -1,5 +1,6 @@
 // Checkpoint and restart: a restored state continues bit for bit; bad images are rejected
 // and leave the state as it was.
+#include <gradcomp/core/byteio.hpp>
 #include <gradcomp/gradcomp.hpp>
 
 #include <doctest/doctest.h>

@@ -1,5 +1,5 @@
 #pragma once
-// The sharded path over MPI (sharded/codec.hpp, docs/sharded.md): any gather-path compressor<>
+// The sharded path over MPI (gradcomp/sharded.hpp, docs/sharded.md): any gather-path compressor<>
 // as an all-reduce or a reduce-scatter whose bytes per rank do not grow with the world size W.
 //
 //   phase 0 (both modes): encode(0) writes W slots of describe(0).slot_bytes each, slot j holding
@@ -20,7 +20,7 @@
 // the gather path (exchange.hpp).
 
 #include <gradcomp/gradcomp.hpp>
-#include <gradcomp/sharded/codec.hpp>
+#include <gradcomp/sharded.hpp>
 #include <mpi.h>
 
 #include <algorithm>

@@ -3,7 +3,7 @@
 // published models, per-role routing, the AccTFM hybrid for tensor parallelism, the overlap
 // planner and per-chunk telemetry (docs/transformers.md).
 
-#include "core/layout.hpp"
+#include "transformer/layout.hpp"
 #include "transformer/acctfm.hpp"
 #include "transformer/models.hpp"
 #include "transformer/planner.hpp"

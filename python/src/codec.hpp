@@ -1,12 +1,14 @@
 #pragma once
 // A type-erased gradcomp compressor for the Python bindings: one `codec` interface, one
 // template `codec_impl<C>` per policy composition, built by name from a registry (the codec
-// table, codecs.hpp, compiled in registry_*.cpp) with options from a Python dict. Every codec also runs on the sharded path
+// table, codecs.hpp, compiled in registry_*.cpp) with options from a Python dict. Every codec
+// also runs on the sharded path
 // (make_sharded: sharded.hpp, whose definition the registry files include).
 
+#include <gradcomp/core/bits.hpp>
 #include <gradcomp/core/options.hpp>
 #include <gradcomp/gradcomp.hpp>
-#include <gradcomp/sharded/codec.hpp>
+#include <gradcomp/sharded.hpp>
 #include <gradcomp/transformer/acctfm.hpp>
 #include <gradcomp/transformer/planner.hpp>
 

@@ -82,8 +82,8 @@ class device_sharded : public device_error_word {
                        device_stream s) = 0;
   // Synchronous: the step; the state to and from a host state of the same geometry.
   virtual std::uint64_t step(device_stream s) const = 0;
-  virtual void download(gc::cpu::detail::sharded_state& host, device_stream s) const = 0;
-  virtual void upload(const gc::cpu::detail::sharded_state& host, device_stream s) = 0;
+  virtual void download(gc::sharded::state& host, device_stream s) const = 0;
+  virtual void upload(const gc::sharded::state& host, device_stream s) = 0;
 };
 
 // One compressor's GPU kernels (gradcomp::cuda), for the buffers of one State.

@@ -130,7 +130,7 @@ class device_sharded_impl final : public device_sharded {
     check_cuda(cudaStreamSynchronize(stream(s)), "cudaStreamSynchronize");
     return v;
   }
-  void download(gc::cpu::detail::sharded_state& host, device_stream s) const override {
+  void download(gc::sharded::state& host, device_stream s) const override {
     device_guard on(device_);
     same_geometry(host);
     for (std::uint32_t j = 0; j < st_.world; ++j) check(gcu::download_state(st_.send[j], host.send[j], stream(s)));
@@ -138,7 +138,7 @@ class device_sharded_impl final : public device_sharded {
     host.step = step(s);
     host.at = st_.at;
   }
-  void upload(const gc::cpu::detail::sharded_state& host, device_stream s) override {
+  void upload(const gc::sharded::state& host, device_stream s) override {
     device_guard on(device_);
     same_geometry(host);
     for (std::uint32_t j = 0; j < st_.world; ++j) check(gcu::upload_state(host.send[j], st_.send[j], stream(s)));
@@ -151,7 +151,7 @@ class device_sharded_impl final : public device_sharded {
  private:
   static cudaStream_t stream(device_stream s) { return static_cast<cudaStream_t>(s.stream); }
   std::span<std::byte> work() const { return {mem_.get() + state_bytes_, work_bytes_}; }
-  void same_geometry(const gc::cpu::detail::sharded_state& h) const {
+  void same_geometry(const gc::sharded::state& h) const {
     if (h.size != st_.size || h.world != st_.world || h.rank != st_.rank || h.send.size() != st_.world)
       raise({gc::errc::size_mismatch, "host sharded state differs from the device state's size, world or rank"});
   }

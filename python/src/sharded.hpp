@@ -1,10 +1,10 @@
 #pragma once
-// The sharded path (gradcomp/sharded/codec.hpp) behind one interface: `sharded_codec` runs
+// The sharded path (gradcomp/sharded.hpp) behind one interface: `sharded_codec` runs
 // sharded::codec<C> for the C of any registered compressor (codec_impl<C>::make_sharded), with
 // `sharded_state` holding its per-rank state. Python (sharded.cpp) runs the collectives.
 
 #include <gradcomp/sharded/checkpoint.hpp>
-#include <gradcomp/sharded/codec.hpp>
+#include <gradcomp/sharded.hpp>
 
 #include <cstddef>
 #include <cstdint>
@@ -31,7 +31,7 @@ class sharded_state {
   // The owner's residual of its reduced shard (all-reduce mode with feedback; else empty).
   virtual std::vector<float>& owner_residual() = 0;
   // The library's state (a device state's staging copy for checkpoints).
-  virtual gc::cpu::detail::sharded_state& host() = 0;
+  virtual gc::sharded::state& host() = 0;
 
   gc::dtype grad_type = gc::dtype::f32;  // the gradients' element type
   std::string identity;                  // the codec (name, id, mode) that made it
@@ -72,7 +72,7 @@ class sharded_impl final : public sharded_codec {
       return st.send[j].residual;
     }
     std::vector<float>& owner_residual() override { return st.owner.residual; }
-    gc::cpu::detail::sharded_state& host() override { return st; }
+    gc::sharded::state& host() override { return st; }
   };
 
   static state_impl& own(sharded_state& s) {

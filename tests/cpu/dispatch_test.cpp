@@ -1,5 +1,6 @@
 // Every CPU version of the loops (baseline, AVX2, AVX-512: cpu/dispatch.hpp) produces the same
 // bytes, including the non-temporal stores of large dense payloads and decompress.
+#include <gradcomp/core/bits.hpp>
 #include <gradcomp/gradcomp.hpp>
 
 #include <doctest/doctest.h>

@@ -4,6 +4,8 @@
 // canonical_nan(sum + decode()). Inputs sweep the float bit patterns (every binade, both
 // signs, subnormals, infinities, NaN payloads), so what the compilers vectorise is checked
 // on every rounding case, at lengths that leave every kind of loop tail.
+#include <gradcomp/core/bits.hpp>
+#include <gradcomp/core/byteio.hpp>
 #include <gradcomp/gradcomp.hpp>
 
 #include <doctest/doctest.h>

@@ -108,37 +108,10 @@ TEST_CASE("top-k ties go to the lower index, as on the CPU") {
   }
 }
 
-// One chunk of NaN/inf-laden gradient: the report's errc, the state and (when carried) the
-// payload equal the CPU's.
-template <class C>
-void check_non_finite(const C& comp) {
-  const std::size_t n = 50000;
-  const std::vector<float> g = gctest::gradient(n, 13, true);
-  gc::state cpu = comp.make_state(n);
-  std::vector<std::byte> want(comp.template max_payload_bytes<float>(n));
-  const auto w = gctest::u32_lists(comp).template compress<float>(g, cpu, want);
-
-  gctest::device_bytes grad(4 * n), payload(want.size()), ws(gcu::compress_workspace_bytes<float>(comp, n)),
-      sm(gcu::state_bytes(comp, n)), rep(sizeof(gcu::report));
-  gctest::upload(grad, g);
-  const auto st = gcu::make_state(comp, sm.span(), n);
-  REQUIRE(st.ok());
-  REQUIRE(gcu::compress<float>(comp, {nullptr, ws.span()}, std::span<const float>(grad.as<float>(), n), *st, payload.span(),
-                               rep.as<gcu::report>())
-              .ok());
-  const gcu::report r = gctest::download<gcu::report>(rep, 1)[0];
-  CHECK(r.error() == w.code());
-  gc::state back = comp.make_state(n);
-  REQUIRE(gcu::download_state(*st, back).ok());
-  CHECK(back.step == cpu.step);
-  CHECK(gctest::same_bits(back.residual, cpu.residual));
-  if (w.ok()) {
-    CHECK(r.bytes == *w);
-    CHECK(gctest::download<std::byte>(payload, *w) == std::vector<std::byte>(want.begin(), want.begin() + static_cast<long>(*w)));
-  }
-}
-
 TEST_CASE("non-finite gradients: rejected like the CPU when forbidden, carried otherwise") {
+  // One chunk of NaN/inf-laden gradient: the report's errc, the state and (when carried) the
+  // payload equal the CPU's.
+  const auto check_non_finite = [](const auto& comp) { gctest::check_compress_once(comp, gctest::gradient(50000, 13, true)); };
   // Forbidden: both reject before writing anything (one chunk: the CPU touched nothing either).
   check_non_finite(whole<gc::sparsify::topk, gc::quantize::bf16, gc::feedback::residual>(
       {.sparsify = {.density = 0.05}, .allow_non_finite = false}));

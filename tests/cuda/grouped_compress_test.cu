@@ -116,54 +116,26 @@ TEST_CASE("odd code widths (3, 13, 32 bits): codes straddle bytes and words") {
   }
 }
 
-// One compress of gradient g on both backends: the report's errc, state and (when carried) the
-// payload equal the CPU's.
-template <class C>
-void check_one(const C& comp, const std::vector<float>& g) {
-  const std::size_t n = g.size();
-  gc::state cpu = comp.make_state(n);
-  std::vector<std::byte> want(comp.template max_payload_bytes<float>(n));
-  const auto w = gctest::u32_lists(comp).template compress<float>(g, cpu, want);
-  gctest::device_bytes grad(4 * n), payload(want.size()), ws(gcu::compress_workspace_bytes<float>(comp, n)),
-      sm(gcu::state_bytes(comp, n)), rep(sizeof(gcu::report));
-  gctest::upload(grad, g);
-  const auto st = gcu::make_state(comp, sm.span(), n);
-  REQUIRE(st.ok());
-  REQUIRE(gcu::compress<float>(comp, {nullptr, ws.span()}, std::span<const float>(grad.as<float>(), n), *st, payload.span(),
-                               rep.as<gcu::report>())
-              .ok());
-  const gcu::report r = gctest::download<gcu::report>(rep, 1)[0];
-  CHECK(r.error() == w.code());
-  gc::state back = comp.make_state(n);
-  REQUIRE(gcu::download_state(*st, back).ok());
-  CHECK(back.step == cpu.step);
-  CHECK(gctest::same_bits(back.residual, cpu.residual));
-  if (w.ok()) {
-    CHECK(r.bytes == *w);
-    CHECK(gctest::download<std::byte>(payload, *w) == std::vector<std::byte>(want.begin(), want.begin() + static_cast<long>(*w)));
-  }
-}
-
 TEST_CASE("grouped, infinite gradients: carried as infinite scales, like the CPU") {
   std::vector<float> g = gctest::gradient(50000, 17, true);
   for (float& x : g)
     if (x != x) x = -std::numeric_limits<float>::infinity();  // no NaN: see the next case
-  check_one(dense_int8({.quantize = {.group = 64}}), g);
-  check_one(chunks_topk_int4a({.partition = {.chunk_bytes = 4100}, .sparsify = {.density = 0.05}, .quantize = {.group = 16}}), g);
-  check_one(chunks_dense_int4a_res({.quantize = {.group = 8, .round = rounding::stochastic}}), g);
+  gctest::check_compress_once(dense_int8({.quantize = {.group = 64}}), g);
+  gctest::check_compress_once(chunks_topk_int4a({.partition = {.chunk_bytes = 4100}, .sparsify = {.density = 0.05}, .quantize = {.group = 16}}), g);
+  gctest::check_compress_once(chunks_dense_int4a_res({.quantize = {.group = 8, .round = rounding::stochastic}}), g);
 }
 
 TEST_CASE("grouped, NaN gradients: rejected like the CPU when forbidden") {
   const std::vector<float> g = gctest::gradient(50000, 18, true);
-  check_one(chunks_dense_int4a_res({.allow_non_finite = false}), g);
-  check_one(topk_int8_res({.sparsify = {.density = 0.05}, .allow_non_finite = false}), g);
+  gctest::check_compress_once(chunks_dense_int4a_res({.allow_non_finite = false}), g);
+  gctest::check_compress_once(topk_int8_res({.sparsify = {.density = 0.05}, .allow_non_finite = false}), g);
 }
 
 // A NaN group's scale is NaN arithmetic (x86 keeps the operand's payload, CUDA returns
 // 0x7fffffff): store_meta writes it canonical, so the bytes agree (docs/cuda.md, rule 7).
 TEST_CASE("grouped, NaN gradients carried: the scale's NaN bits") {
   const std::vector<float> g = gctest::gradient(50000, 19, true);
-  check_one(dense_int8({.quantize = {.group = 64}}), g);
+  gctest::check_compress_once(dense_int8({.quantize = {.group = 64}}), g);
 }
 
 }  // TEST_SUITE("gpu")

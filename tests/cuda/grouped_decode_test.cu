@@ -47,15 +47,7 @@ TEST_CASE("grouped: several senders back to back, sums in payload order") {
   for (std::size_t n : {std::size_t{5000}, std::size_t{300001}}) {
     const chunks_topk_int2_res t({.partition = {.chunk_bytes = 1 << 16}, .sparsify = {.density = 0.05}, .quantize = {.group = 2}});
     const chunks_dense_int4a_res c({.partition = {.chunk_bytes = 1 << 16}, .quantize = {.group = 32}});
-    std::vector<std::byte> pt, pc;
-    for (std::uint64_t rank = 0; rank < 4; ++rank) {
-      const auto a = cpu_payload<float>(t, n, 10 + rank), b = cpu_payload<float>(c, n, 20 + rank);
-      pt.insert(pt.end(), a.begin(), a.end());
-      pc.insert(pc.end(), b.begin(), b.end());
-    }
-    check_both<float>(t, pt, n, 7);
-    check_both<gc::bf16_t>(t, pt, n, 8);
-    check_both<float>(c, pc, n, 9);
+    gctest::check_senders(t, c, n);
   }
 }
 

@@ -6,7 +6,7 @@
 
 #include "support.cuh"
 
-#include <gradcomp/sharded/codec.hpp>
+#include <gradcomp/sharded.hpp>
 
 #include <cstring>
 #include <memory>

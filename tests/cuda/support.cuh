@@ -304,6 +304,49 @@ void check_malformed(const C& comp, const std::vector<std::byte>& valid, std::si
   }
 }
 
+// One compress of gradient g on both backends: the report's errc, the state and (when carried)
+// the payload equal the CPU's.
+template <class C>
+void check_compress_once(const C& comp, const std::vector<float>& g) {
+  const std::size_t n = g.size();
+  gc::state cpu = comp.make_state(n);
+  std::vector<std::byte> want(comp.template max_payload_bytes<float>(n));
+  const auto w = gctest::u32_lists(comp).template compress<float>(g, cpu, want);
+  device_bytes grad(4 * n), payload(want.size()), ws(gcu::compress_workspace_bytes<float>(comp, n)), sm(gcu::state_bytes(comp, n)),
+      rep(sizeof(gcu::report));
+  upload(grad, g);
+  const auto st = gcu::make_state(comp, sm.span(), n);
+  REQUIRE(st.ok());
+  REQUIRE(gcu::compress<float>(comp, {nullptr, ws.span()}, std::span<const float>(grad.as<float>(), n), *st, payload.span(),
+                               rep.as<gcu::report>())
+              .ok());
+  const gcu::report r = download<gcu::report>(rep, 1)[0];
+  CHECK(r.error() == w.code());
+  gc::state back = comp.make_state(n);
+  REQUIRE(gcu::download_state(*st, back).ok());
+  CHECK(back.step == cpu.step);
+  CHECK(same_bits(back.residual, cpu.residual));
+  if (w.ok()) {
+    CHECK(r.bytes == *w);
+    CHECK(download<std::byte>(payload, *w) == std::vector<std::byte>(want.begin(), want.begin() + static_cast<long>(*w)));
+  }
+}
+
+// Four senders' payloads of gradients of n elements back to back (the all-gather case), of two
+// compositions: decoded like the CPU, sums in payload order.
+template <class A, class B>
+void check_senders(const A& t, const B& c, std::size_t n) {
+  std::vector<std::byte> pt, pc;
+  for (std::uint64_t rank = 0; rank < 4; ++rank) {
+    const auto a = cpu_payload<float>(t, n, 10 + rank), b = cpu_payload<float>(c, n, 20 + rank);
+    pt.insert(pt.end(), a.begin(), a.end());
+    pc.insert(pc.end(), b.begin(), b.end());
+  }
+  check_both<float>(t, pt, n, 7);
+  check_both<gc::bf16_t>(t, pt, n, 8);
+  check_both<float>(c, pc, n, 9);
+}
+
 // A quantizer for the code widths int_block lacks (any Bits in 1..32): codes straddle bytes
 // and 32-bit words. Per group of `group` values: lo = min x, step = max/L - min/L with
 // L = 2^min(Bits, 20) - 1 levels, code = round((x - lo) / step) XOR a fixed pattern in the

@@ -1,6 +1,7 @@
 // A quantizer defined in the tests alone (support/log2_quantizer.hpp) composes with every
 // sparsifier and feedback and runs through the CPU backend without any change to it: its
 // frames round-trip, decode as its decode() says, and error feedback keeps what it lost.
+#include <gradcomp/core/reduce.hpp>
 #include <gradcomp/gradcomp.hpp>
 
 #include <doctest/doctest.h>

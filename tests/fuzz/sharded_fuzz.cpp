@@ -5,7 +5,7 @@
 
 #include <gradcomp/gradcomp.hpp>
 #include <gradcomp/sharded/checkpoint.hpp>
-#include <gradcomp/sharded/codec.hpp>
+#include <gradcomp/sharded.hpp>
 
 #include <cstdint>
 #include <cstdlib>

@@ -13,9 +13,10 @@
 //   bit 2:    the CRC rewritten after the change, so that the change reaches the checks behind it
 //   bits 3-4: the state restored into: rank 1 of 3, rank 0 of 2, rank 3 of 4, rank 0 of 1
 
+#include <gradcomp/core/byteio.hpp>
 #include <gradcomp/gradcomp.hpp>
 #include <gradcomp/tagc/checkpoint.hpp>
-#include <gradcomp/tagc/codec.hpp>
+#include <gradcomp/tagc.hpp>
 
 #include <bit>
 #include <cstdint>

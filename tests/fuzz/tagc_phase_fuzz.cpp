@@ -16,7 +16,7 @@
 //             the size) instead of receive(k)
 
 #include <gradcomp/gradcomp.hpp>
-#include <gradcomp/tagc/codec.hpp>
+#include <gradcomp/tagc.hpp>
 
 #include <bit>
 #include <cstdint>

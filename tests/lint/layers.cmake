@@ -1,23 +1,30 @@
-# The layers: engine/, tagc/ and the other backend-neutral headers reach the CPU backend only
-# through its executors (cpu/executor.hpp, cpu/tagc.hpp, cpu/sharded.hpp) or its public option headers
-# (cpu/dispatch.hpp, cpu/stores.hpp); every other cpu/ header is an internal of the backend.
+# The layers: the backend-neutral folders (core/, engine/, sharded/, tagc/, summable/, sketch/,
+# the policies, transformer/, localsteps/, transform/) include no header of a backend (cpu/ or
+# cuda/) at all. The CPU public API headers at the top (compressor.hpp, gather.hpp, sharded.hpp,
+# tagc.hpp) run a flow on the CPU
+# and reach the backend only through its executors (allowed below); every other cpu/ header is
+# an internal of the backend. The CUDA backend's own headers are .cuh.
 # Run as: cmake -DROOT=<source dir> -P layers.cmake
 cmake_policy(SET CMP0057 NEW)
-set(_allowed executor.hpp tagc.hpp sharded.hpp dispatch.hpp stores.hpp)
+set(_executors executor.hpp tagc.hpp sharded.hpp)
 file(GLOB_RECURSE _files "${ROOT}/include/gradcomp/*.hpp")
 set(_found "")
 foreach(_file IN LISTS _files)
-  if(_file MATCHES "/include/gradcomp/cpu/")
+  if(_file MATCHES "/include/gradcomp/(cpu|cuda)/")
     continue()
   endif()
-  file(STRINGS "${_file}" _lines REGEX "#include \"(\\.\\./)*cpu/")
+  set(_top FALSE)
+  if(_file MATCHES "/include/gradcomp/[a-z_]+\\.hpp$")
+    set(_top TRUE)
+  endif()
+  file(STRINGS "${_file}" _lines REGEX "#include [\"<](\\.\\./)*(gradcomp/)?(cpu|cuda)/")
   foreach(_line IN LISTS _lines)
-    string(REGEX MATCH "cpu/([a-z_]+\\.hpp)" _m "${_line}")
-    if(NOT CMAKE_MATCH_1 IN_LIST _allowed)
+    string(REGEX MATCH "(cpu|cuda)/([a-z_]+\\.[a-z]+)" _m "${_line}")
+    if(NOT _top OR NOT CMAKE_MATCH_1 STREQUAL "cpu" OR NOT CMAKE_MATCH_2 IN_LIST _executors)
       string(APPEND _found "  ${_file}: ${_line}\n")
     endif()
   endforeach()
 endforeach()
 if(_found)
-  message(FATAL_ERROR "includes of cpu/ internals outside the CPU backend:\n${_found}")
+  message(FATAL_ERROR "backend includes outside the backends (neutral folders include none; the CPU public API headers only the CPU executors):\n${_found}")
 endif()

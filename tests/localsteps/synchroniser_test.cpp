@@ -3,7 +3,7 @@
 // equal data-parallel SGD; replicas bit-identical after every sync; the outer step against a
 // plain reference; error-feedback conservation exact on dyadic values; bad input refused with
 // the parameters and the state untouched.
-#include <gradcomp/gather/codec.hpp>
+#include <gradcomp/gather.hpp>
 #include <gradcomp/gradcomp.hpp>
 #include <gradcomp/localsteps/checkpoint.hpp>
 #include <gradcomp/localsteps/synchroniser.hpp>

@@ -1,5 +1,7 @@
 // quantize::fp8_e4m3 / fp8_e5m2: plain casts and power-of-two group scales; error bounds,
 // golden bytes, saturation, non-finite inputs and untrusted metadata.
+#include <gradcomp/core/bits.hpp>
+#include <gradcomp/core/byteio.hpp>
 #include <gradcomp/gradcomp.hpp>
 #include <gradcomp/quantize/fp8.hpp>
 
@@ -12,6 +14,7 @@
 
 #include "support/frames.hpp"
 #include "support/quantize.hpp"
+#include "support/quantizer_contract.hpp"
 #include "support/random.hpp"
 
 using namespace gradcomp;
@@ -315,21 +318,6 @@ TEST_CASE("fp8: after top-k, groups run over the kept values") {
 TEST_CASE("fp8: error feedback keeps what rounding lost") {
   using C = test::with_quantizer<fp8_e5m2, sparsify::dense, feedback::residual>;
   for (std::size_t group : {std::size_t{0}, std::size_t{32}}) {
-    const C comp({.quantize = {.group = group}});
-    const auto g = test::heavy_tailed(500, 9);
-    state st = comp.make_state(g.size());
-    std::vector<double> sent(g.size(), 0.0), total(g.size(), 0.0);
-    std::vector<std::byte> payload(comp.max_payload_bytes<float>(g.size()));
-    for (int step = 0; step < 50; ++step) {
-      REQUIRE(comp.compress<float>(g, st, payload).ok());
-      std::vector<float> d(g.size(), 0.0f);
-      REQUIRE(comp.decompress<float>(payload, d).ok());
-      for (std::size_t i = 0; i < g.size(); ++i) {
-        sent[i] += d[i];
-        total[i] += g[i];
-      }
-    }
-    for (std::size_t i = 0; i < g.size(); ++i)
-      CHECK(sent[i] + st.residual[i] == doctest::Approx(total[i]).epsilon(1e-4).scale(1e-3));
+    test::check_feedback_keeps_rounding(C({.quantize = {.group = group}}));
   }
 }

@@ -1,5 +1,7 @@
 // quantize::int_block: error bounds, unbiased stochastic rounding, packing, golden bytes,
 // non-finite inputs and untrusted metadata.
+#include <gradcomp/core/bits.hpp>
+#include <gradcomp/core/byteio.hpp>
 #include <gradcomp/gradcomp.hpp>
 #include <gradcomp/quantize/int_block.hpp>
 
@@ -11,6 +13,7 @@
 
 #include "support/frames.hpp"
 #include "support/quantize.hpp"
+#include "support/quantizer_contract.hpp"
 #include "support/random.hpp"
 
 using namespace gradcomp;
@@ -209,30 +212,5 @@ TEST_CASE("int_block: after top-k, groups run over the kept values") {
 
 TEST_CASE("int_block: error feedback keeps what rounding lost") {
   using C = test::with_quantizer<quantize::int_block<2>, sparsify::dense, feedback::residual>;
-  const C comp({.quantize = {.group = 32}});
-  const auto g = test::heavy_tailed(500, 9);
-  state st = comp.make_state(g.size());
-  std::vector<double> sent(g.size(), 0.0), total(g.size(), 0.0);
-  std::vector<std::byte> payload(comp.max_payload_bytes<float>(g.size()));
-  for (int step = 0; step < 50; ++step) {
-    REQUIRE(comp.compress<float>(g, st, payload).ok());
-    std::vector<float> d(g.size(), 0.0f);
-    REQUIRE(comp.decompress<float>(payload, d).ok());
-    for (std::size_t i = 0; i < g.size(); ++i) {
-      sent[i] += d[i];
-      total[i] += g[i];
-    }
-  }
-  // Everything not sent is in the residual: sent + residual == sum of gradients (to float rounding).
-  for (std::size_t i = 0; i < g.size(); ++i)
-    CHECK(sent[i] + st.residual[i] == doctest::Approx(total[i]).epsilon(1e-4).scale(1e-3));
+  test::check_feedback_keeps_rounding(C({.quantize = {.group = 32}}));
 }
-
-#if GRADCOMP_CPU_DISPATCH
-namespace {
-}  // namespace
-
-#endif
-
-#if GRADCOMP_CPU_DISPATCH
-#endif

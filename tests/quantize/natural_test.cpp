@@ -1,5 +1,6 @@
 // quantize::natural: unbiased stochastic rounding to powers of two, its variance bound, the
 // 9-bit codes and their packing, the ends of the float range and non-finite values.
+#include <gradcomp/core/bits.hpp>
 #include <gradcomp/gradcomp.hpp>
 #include <gradcomp/quantize/natural.hpp>
 
@@ -11,6 +12,7 @@
 
 #include "support/frames.hpp"
 #include "support/quantize.hpp"
+#include "support/quantizer_contract.hpp"
 #include "support/random.hpp"
 
 using namespace gradcomp;
@@ -204,24 +206,5 @@ TEST_CASE("natural: after top-k, only the kept values are rounded") {
 
 TEST_CASE("natural: error feedback keeps what rounding lost") {
   using F = test::with_quantizer<natural, sparsify::dense, feedback::residual>;
-  const F comp;
-  const auto g = test::heavy_tailed(500, 9);
-  state st = comp.make_state(g.size());
-  std::vector<double> sent(g.size(), 0.0), total(g.size(), 0.0);
-  std::vector<std::byte> payload(comp.max_payload_bytes<float>(g.size()));
-  for (int step = 0; step < 50; ++step) {
-    REQUIRE(comp.compress<float>(g, st, payload).ok());
-    std::vector<float> d(g.size(), 0.0f);
-    REQUIRE(comp.decompress<float>(payload, d).ok());
-    for (std::size_t i = 0; i < g.size(); ++i) {
-      sent[i] += d[i];
-      total[i] += g[i];
-    }
-  }
-  for (std::size_t i = 0; i < g.size(); ++i)
-    CHECK(sent[i] + st.residual[i] == doctest::Approx(total[i]).epsilon(1e-4).scale(1e-3));
+  test::check_feedback_keeps_rounding(F{});
 }
-
-#if GRADCOMP_CPU_DISPATCH
-
-#endif

@@ -1,6 +1,8 @@
 // quantize::piecewise: error bounds per region, the breakpoint search (best among its
 // candidates, better than uniform), unbiased stochastic rounding, golden bytes, edge cases,
 // untrusted metadata, top-k and error feedback.
+#include <gradcomp/core/bits.hpp>
+#include <gradcomp/core/byteio.hpp>
 #include <gradcomp/gradcomp.hpp>
 #include <gradcomp/quantize/int_block.hpp>
 #include <gradcomp/quantize/piecewise.hpp>
@@ -15,6 +17,7 @@
 
 #include "support/frames.hpp"
 #include "support/quantize.hpp"
+#include "support/quantizer_contract.hpp"
 #include "support/random.hpp"
 
 using namespace gradcomp;
@@ -428,28 +431,8 @@ TEST_CASE("piecewise: after top-k, groups run over the kept values") {
 
 TEST_CASE("piecewise: error feedback keeps what rounding lost") {
   using C = test::with_quantizer<quantize::piecewise<3>, sparsify::dense, feedback::residual>;
-  const C comp({.quantize = {.group = 32}});
-  const auto g = test::heavy_tailed(500, 9);
-  state st = comp.make_state(g.size());
-  std::vector<double> sent(g.size(), 0.0), total(g.size(), 0.0);
-  std::vector<std::byte> payload(comp.max_payload_bytes<float>(g.size()));
-  for (int step = 0; step < 50; ++step) {
-    REQUIRE(comp.compress<float>(g, st, payload).ok());
-    std::vector<float> d(g.size(), 0.0f);
-    REQUIRE(comp.decompress<float>(payload, d).ok());
-    for (std::size_t i = 0; i < g.size(); ++i) {
-      sent[i] += d[i];
-      total[i] += g[i];
-    }
-  }
-  // Everything not sent is in the residual: sent + residual == sum of gradients (to float rounding).
-  for (std::size_t i = 0; i < g.size(); ++i)
-    CHECK(sent[i] + st.residual[i] == doctest::Approx(total[i]).epsilon(1e-4).scale(1e-3));
+  test::check_feedback_keeps_rounding(C({.quantize = {.group = 32}}));
 }
-
-#if GRADCOMP_CPU_DISPATCH
-
-#endif
 
 TEST_CASE("piecewise: accumulate adds decompress's values, NaN canonical, whatever the group size") {
   const float starts[] = {0.0f, -0.0f, 2.5f, -1e-3f, 1e-41f, std::numeric_limits<float>::max(),

@@ -1,5 +1,7 @@
 // quantize::qsgd: unbiasedness, the variance bound per bucket, golden bytes, edge cases,
 // untrusted metadata, groups that do not divide the chunk, and qsgd after top-k.
+#include <gradcomp/core/bits.hpp>
+#include <gradcomp/core/byteio.hpp>
 #include <gradcomp/gradcomp.hpp>
 #include <gradcomp/quantize/qsgd.hpp>
 
@@ -293,6 +295,3 @@ TEST_CASE("qsgd: after top-k, buckets run over the kept values") {
   for (std::size_t i = 0; i < x.size(); ++i)
     if (!is_kept[i]) CHECK(d[i] == 0.0f);
 }
-
-#if GRADCOMP_CPU_DISPATCH
-#endif

@@ -1,10 +1,10 @@
-// The sharded path (sharded/codec.hpp) on W simulated ranks: reduce-scatter and all-reduce
+// The sharded path (gradcomp/sharded.hpp) on W simulated ranks: reduce-scatter and all-reduce
 // against the rank-order fp32 sum, replicas bit-identical, error-feedback conservation on both
 // stages, independent randomness per rank, the byte model, bad slots of every kind (a specific
 // error, the output untouched), checkpoints and elastic restore.
 #include <gradcomp/gradcomp.hpp>
 #include <gradcomp/sharded/checkpoint.hpp>
-#include <gradcomp/sharded/codec.hpp>
+#include <gradcomp/sharded.hpp>
 
 #include <doctest/doctest.h>
 

@@ -1,4 +1,4 @@
-// The sparsifiers of issue 5 through the compressor: threshold (DGC / TAGC), random-k with a
+// The sparsifiers through the compressor: threshold (DGC / TAGC), random-k with a
 // shared seed, row top-k, and the index encodings every listed sparse frame chooses from.
 #include <gradcomp/gradcomp.hpp>
 

@@ -3,7 +3,7 @@
 // for W = 1..8, error-feedback conservation, malformed buffers.
 #include <gradcomp/gradcomp.hpp>
 #include <gradcomp/summable/values.hpp>
-#include <gradcomp/tagc/codec.hpp>
+#include <gradcomp/tagc.hpp>
 
 #include <doctest/doctest.h>
 

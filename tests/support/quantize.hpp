@@ -2,6 +2,7 @@
 // Helpers for quantizer tests: a dense compressor around a quantizer, round trips at a chosen
 // step (stochastic rounding draws new random numbers per step), and the decoded groups.
 
+#include <gradcomp/core/byteio.hpp>
 #include <gradcomp/gradcomp.hpp>
 
 #include <doctest/doctest.h>
@@ -86,9 +87,5 @@ void check_non_finite_input(typename C::config cfg, std::initializer_list<float>
 inline const std::byte* meta_of(const std::vector<std::byte>& payload, std::size_t q, std::size_t meta_bytes) {
   return payload.data() + frame::header_bytes + q * meta_bytes;
 }
-
-#if GRADCOMP_CPU_DISPATCH
-
-#endif
 
 }  // namespace gradcomp::test

@@ -1,9 +1,9 @@
 #pragma once
-// The executor of tagc/parallel_flow.hpp as plain host loops, one "thread" after another and
+// The executor of tagc/parallel_runner.hpp as plain host loops, one "thread" after another and
 // one "kernel" after another, over host memory standing in for device memory: the GPU's
 // algorithm, step for step, checked against the host codec without a GPU.
 
-#include <gradcomp/tagc/parallel_codec.hpp>
+#include <gradcomp/tagc/parallel_runner.hpp>
 
 #include <doctest/doctest.h>
 

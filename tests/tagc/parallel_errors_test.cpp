@@ -1,4 +1,4 @@
-// The parallel flow's errors (tagc/parallel_codec.hpp, host loops): a bad reduced bitmap is
+// The parallel flow's errors (tagc/parallel_runner.hpp, host loops): a bad reduced bitmap is
 // reported on the device with the host codec's errc and the rest of the step does nothing
 // (cells, residual and output untouched), after which the ranks carry on in step with the
 // host; a packed sketch buffer too small for the step's cells is found on the device; argument

@@ -1,4 +1,4 @@
-// The GPU's TAGC codec (tagc/parallel_codec.hpp, the flow cuda/tagc.cuh launches) run with
+// The GPU's TAGC codec (tagc/parallel_runner.hpp, the flow cuda/tagc.cuh launches) run with
 // host loops, side by side with tagc::codec on W simulated ranks: the same phase bytes, union,
 // r, residuals, thresholds, decoded values and statistics, step after step, for both bitmap
 // modes, both cell types, both sketch layouts, reduce-scatter and all-reduce, every path of

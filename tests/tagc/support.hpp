@@ -3,7 +3,7 @@
 // outputs put back into one buffer.
 
 #include <gradcomp/tagc/checkpoint.hpp>
-#include <gradcomp/tagc/codec.hpp>
+#include <gradcomp/tagc.hpp>
 
 #include <doctest/doctest.h>
 

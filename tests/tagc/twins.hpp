@@ -1,5 +1,5 @@
 #pragma once
-// The host codec and the parallel flow (tagc/parallel_codec.hpp, run by host_executor) on the
+// The host codec and the parallel flow (tagc/parallel_runner.hpp, run by host_executor) on the
 // same W simulated ranks, compared after every call: phase bytes, union, r, residuals,
 // thresholds, decoded values, statistics.
 

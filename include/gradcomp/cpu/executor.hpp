@@ -18,7 +18,9 @@
 #include "../state.hpp"
 #include "decode.hpp"
 #include "encode.hpp"
+#include "randomk_select.hpp"
 #include "row_topk.hpp"
+#include "selector.hpp"
 #include "stores.hpp"
 #include "threshold_select.hpp"
 #include "topk_select.hpp"
@@ -34,10 +36,11 @@ struct executor {
   // Scratch of the selection for a chunk of c elements.
   template <class C>
   static std::size_t selector_bytes(const C& comp, std::size_t c) {
-    if constexpr (C::kind == selection::exact_topk) return topk_selector::workspace_bytes(c);
-    if constexpr (C::kind == selection::threshold) return threshold_selector::workspace_bytes(comp.get_config().sparsify, c);
-    if constexpr (C::kind == selection::row_topk) return row_topk_selector::workspace_bytes(comp.get_config().sparsify.cols);
-    return 0;
+    if constexpr (C::kind == selection::dense) {
+      return 0;
+    } else {
+      return selector_for<C::kind>::workspace_bytes(comp, c);
+    }
   }
   // Workspace for gradients of n elements: the selection's scratch for the largest chunk,
   // then room for its indices (and, for row top-k, their values: see kept_values).
@@ -269,39 +272,14 @@ struct executor {
     return engine::detail::element_feedback<F, T>{fc, g, e, u, engine::detail::clip_factor<F>(fc, g, h.dense_count)};
   }
 
-  // Selects the chunk's sent elements into idx; returns their count. With feedback the
-  // selection's scan stores x = combine(g, e) in e, where encode reads it.
+  // Selects the chunk's sent elements into idx (the kind's selector_for, cpu/selector.hpp);
+  // returns their count. With feedback the selection's scan stores x = combine(g, e) in e,
+  // where encode reads it.
   template <class C, class T>
   static std::size_t select_indices(compress_job<C, T>& job, std::uint32_t* idx) {
-    const frame::header& h = job.h;
-    const std::size_t count = h.dense_count;
-    const auto& cfg = job.comp.get_config();
     const auto fb = feedback_of(job);
-    const std::span<std::byte> scratch(job.st.workspace.data(), align8(selector_bytes(job.comp, count)));
-    const auto peek_key = [&](std::size_t j) { return abs_key(fb.peek(j)); };
-    const auto scan_key = [&](std::size_t j) { return abs_key(fb.scan(j)); };  // x computed once, here
-    const auto key_at = [&](std::size_t j) { return abs_key(fb.value(j)); };
-    if constexpr (C::kind == selection::exact_topk) {
-      topk_selector(scratch, count, h.kept_count).select(peek_key, scan_key, key_at, idx);
-      return h.kept_count;
-    } else if constexpr (C::kind == selection::threshold) {
-      float& last = job.st.thresholds[h.chunk_id];
-      threshold_selector select(scratch, cfg.sparsify, count, cfg.seed, h.step, h.chunk_id, last);
-      const std::size_t kept = select.select(peek_key, scan_key, key_at, idx);
-      last = select.threshold();
-      return kept;
-    } else if constexpr (C::kind == selection::row_topk) {
-      const auto value_at = [&](std::size_t j) { return fb.value(j); };
-      return row_topk_selector(scratch, count, cfg.sparsify.cols, C::sparsifier::per_row(cfg.sparsify))
-          .select(scan_key, idx, value_at, job.values);
-    } else {
-      static_assert(C::kind == selection::random, "gradcomp::cpu: no selection for this sparsifier kind");
-      if constexpr (C::feedback::has_state)
-        for (std::size_t j = 0; j < count; ++j) (void)fb.scan(j);
-      const feistel_permutation pi(count, cfg.seed, h.step, h.chunk_id);
-      for (std::size_t m = 0; m < h.kept_count; ++m) idx[m] = pi(static_cast<std::uint32_t>(m));
-      return h.kept_count;
-    }
+    const std::span<std::byte> scratch(job.st.workspace.data(), align8(selector_bytes(job.comp, job.h.dense_count)));
+    return selector_for<C::kind>::select(chunk_input<C, decltype(fb)>{job.comp, job.st, job.h, fb, scratch, job.values}, idx);
   }
 };
 

@@ -39,6 +39,7 @@
 
 #include "../core/config.hpp"
 #include "dispatch.hpp"
+#include "selector.hpp"
 
 #if GRADCOMP_CPU_DISPATCH
 #include <immintrin.h>
@@ -402,6 +403,24 @@ class row_topk_selector {
   std::uint32_t previous_cut_ = 0;  // the previous row's cut key
   double previous_mean_ = 0;        // its mean key
   double slope_ = 0;                // keys per count near its cut
+};
+
+// The top-k of each row of a chunk, the kept values written beside their indices
+// (cpu/selector.hpp).
+template <>
+struct selector_for<selection::row_topk> {
+  template <class C>
+  static std::size_t workspace_bytes(const C& comp, std::size_t) {
+    return row_topk_selector::workspace_bytes(comp.get_config().sparsify.cols);
+  }
+  template <class In>
+  static std::size_t select(const In& in, std::uint32_t* idx) {
+    const std::size_t count = in.h.dense_count;
+    const auto& cfg = in.comp.get_config();
+    const auto value_at = [&f = in.fb](std::size_t j) { return f.value(j); };
+    return row_topk_selector(in.scratch, count, cfg.sparsify.cols, In::compressor::sparsifier::per_row(cfg.sparsify))
+        .select(in.scan_key(), idx, value_at, in.values);
+  }
 };
 
 }  // namespace gradcomp::cpu::detail

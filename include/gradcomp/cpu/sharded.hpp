@@ -1,6 +1,6 @@
 #pragma once
-// The CPU executor of the sharded path's flow (sharded/flow.hpp): the state in host memory, the
-// compressor's own calls for every slot, data errors returned at once.
+// The CPU executor of the sharded path's flow (sharded/flow.hpp): the state in host memory
+// (sharded/state.hpp), the compressor's own calls for every slot, data errors returned at once.
 
 #include <algorithm>
 #include <cstddef>
@@ -11,21 +11,9 @@
 
 #include "../compressor.hpp"
 #include "../sharded/flow.hpp"
-#include "../state.hpp"
+#include "../sharded/state.hpp"
 
 namespace gradcomp::cpu::detail {
-
-// One rank's sharded state (sharded::codec<C>::state).
-struct sharded_state {
-  std::size_t size = 0;
-  std::uint32_t world = 1, rank = 0;
-  std::uint64_t step = 0;
-  std::vector<gradcomp::state> send;  // W: this rank's state per destination shard
-  gradcomp::state owner;              // all-reduce: the re-encoding of this rank's reduced shard
-  std::vector<float> sum;             // the reduced shard, fp32 (scratch)
-  std::vector<std::byte> workspace;   // the W + 1 states' selection scratch, lent to each in turn
-  sharded::stage at = sharded::stage::encode_scatter;
-};
 
 struct sharded_executor {
   template <class T, class C>
@@ -36,11 +24,11 @@ struct sharded_executor {
     return {};
   }
 
-  static std::span<const float> sum(const sharded_state& st) { return st.sum; }
+  static std::span<const float> sum(const sharded::state& st) { return st.sum; }
 
   // The slot of (this rank, shard): head, the frames of the step, zeros.
   template <class T, class C>
-  status write_slot(const C& c, std::span<const T> values, sharded_state& st, std::uint32_t shard, std::span<std::byte> slot) const {
+  status write_slot(const C& c, std::span<const T> values, sharded::state& st, std::uint32_t shard, std::span<std::byte> slot) const {
     std::size_t used = 0;
     if (!values.empty()) {
       gradcomp::state& s = shard < st.world ? st.send[shard] : st.owner;
@@ -56,10 +44,10 @@ struct sharded_executor {
     return {};
   }
 
-  void begin_sum(sharded_state& st) const { std::fill(st.sum.begin(), st.sum.end(), 0.0f); }
+  void begin_sum(sharded::state& st) const { std::fill(st.sum.begin(), st.sum.end(), 0.0f); }
 
   template <class C>
-  status add_slot(const C& c, std::span<const std::byte> slot, std::uint32_t sender, std::size_t count, sharded_state& st) const {
+  status add_slot(const C& c, std::span<const std::byte> slot, std::uint32_t sender, std::size_t count, sharded::state& st) const {
     const result<std::span<const std::byte>> frames = read_slot(slot, sender, st.rank, count, st.step);
     if (!frames) return frames.error();
     if (frames->empty()) return {};
@@ -67,7 +55,7 @@ struct sharded_executor {
   }
 
   template <class T>
-  status finish_sum(const sharded_state& st, std::span<T> out) const {
+  status finish_sum(const sharded::state& st, std::span<T> out) const {
     for (std::size_t i = 0; i < out.size(); ++i) {
       if constexpr (std::is_same_v<T, float>) {
         out[i] = st.sum[i];
@@ -78,25 +66,25 @@ struct sharded_executor {
     return {};
   }
 
-  void begin_gather(const sharded_state&) const {}
+  void begin_gather(const sharded::state&) const {}
 
   template <class C>
-  status check_slot(const C& c, std::span<const std::byte> slot, std::uint32_t owner, std::size_t count, const sharded_state& st) const {
+  status check_slot(const C& c, std::span<const std::byte> slot, std::uint32_t owner, std::size_t count, const sharded::state& st) const {
     const result<std::span<const std::byte>> frames = read_slot(slot, owner, owner, count, st.step);
     if (!frames) return frames.error();
     return frames->empty() ? status{} : c.check(*frames, count);
   }
 
   template <class T, class C>
-  status decode_slot(const C& c, std::span<const std::byte> slot, std::uint32_t owner, std::size_t count, const sharded_state& st,
+  status decode_slot(const C& c, std::span<const std::byte> slot, std::uint32_t owner, std::size_t count, const sharded::state& st,
                      std::span<T> out) const {
     const result<std::span<const std::byte>> frames = read_slot(slot, owner, owner, count, st.step);
     if (!frames) return frames.error();  // (checked by check_slot: not reached)
     return frames->empty() ? status{} : c.template decompress<T>(*frames, out);
   }
 
-  status finish_gather(const sharded_state&) const { return {}; }
-  void advance(sharded_state& st) const { ++st.step; }
+  status finish_gather(const sharded::state&) const { return {}; }
+  void advance(sharded::state& st) const { ++st.step; }
 
  private:
   // The frames of a received slot (sharded::walk_slot), with zeros after them.

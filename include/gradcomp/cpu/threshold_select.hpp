@@ -23,6 +23,7 @@
 #include "../sparsify/threshold_search.hpp"
 #include "dispatch.hpp"
 #include "prefetch.hpp"
+#include "selector.hpp"
 #include "topk_select.hpp"
 
 namespace gradcomp::cpu::detail {
@@ -210,6 +211,25 @@ class threshold_selector {
   float threshold_ = 0.0f;
   unsigned passes_ = 0;
   bool used_fallback_ = false;
+};
+
+// The threshold selection of a chunk, started from the chunk's last threshold (cpu/selector.hpp).
+template <>
+struct selector_for<selection::threshold> {
+  template <class C>
+  static std::size_t workspace_bytes(const C& comp, std::size_t count) {
+    return threshold_selector::workspace_bytes(comp.get_config().sparsify, count);
+  }
+  template <class In>
+  static std::size_t select(const In& in, std::uint32_t* idx) {
+    const std::size_t count = in.h.dense_count;
+    const auto& cfg = in.comp.get_config();
+    float& last = in.st.thresholds[in.h.chunk_id];
+    threshold_selector s(in.scratch, cfg.sparsify, count, cfg.seed, in.h.step, in.h.chunk_id, last);
+    const std::size_t kept = s.select(in.peek_key(), in.scan_key(), in.key_at(), idx);
+    last = s.threshold();
+    return kept;
+  }
 };
 
 }  // namespace gradcomp::cpu::detail

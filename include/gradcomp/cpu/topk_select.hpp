@@ -26,6 +26,7 @@
 #include "../core/byteio.hpp"
 #include "dispatch.hpp"
 #include "prefetch.hpp"
+#include "selector.hpp"
 
 #if defined(__SSE2__)
 #include <emmintrin.h>
@@ -254,6 +255,21 @@ class topk_selector {
   std::uint32_t lo_ = 0, hi_ = 0;
   std::size_t definite_ = 0, candidates_found_ = 0;
   bool used_fallback_ = false;
+};
+
+// The exact top-k of a chunk (cpu/selector.hpp).
+template <>
+struct selector_for<selection::exact_topk> {
+  template <class C>
+  static std::size_t workspace_bytes(const C&, std::size_t count) {
+    return topk_selector::workspace_bytes(count);
+  }
+  template <class In>
+  static std::size_t select(const In& in, std::uint32_t* idx) {
+    const std::size_t count = in.h.dense_count;
+    topk_selector(in.scratch, count, in.h.kept_count).select(in.peek_key(), in.scan_key(), in.key_at(), idx);
+    return in.h.kept_count;
+  }
 };
 
 }  // namespace gradcomp::cpu::detail

@@ -17,7 +17,7 @@
 #include "../core/index_codec.hpp"
 #include "../core/numeric.hpp"
 #include "../core/status.hpp"
-#include "../cpu/stores.hpp"
+#include "../core/stores.hpp"
 
 namespace gradcomp::engine::detail {
 
@@ -105,9 +105,9 @@ class composition {
     // Sparse frames send their indices in the smallest of u32 list, delta-coded gaps and
     // bitmap (docs/wire-format.md); false: always u32 lists (as the CUDA backend writes).
     bool compact_indices = true;
-    // Non-temporal stores for the CPU backend's outputs (cpu/stream.hpp): by the size of each
+    // Non-temporal stores for the CPU backend's outputs (core/stores.hpp): by the size of each
     // call's output, or always, or never. Only speed depends on it.
-    cpu::stores stores = cpu::stores::automatic;
+    gradcomp::stores stores = gradcomp::stores::automatic;
   };
 
   composition() = default;

@@ -29,9 +29,14 @@
 #include "../core/crc32c.hpp"
 #include "../core/ids.hpp"
 #include "../state.hpp"
-#include "codec.hpp"
+#include "state.hpp"
 
 namespace gradcomp::sharded {
+
+// The CPU codec (gradcomp/sharded.hpp), whose calls the functions below make once instantiated;
+// declared here so that the image format needs no backend.
+template <class C>
+class codec;
 
 namespace checkpoint {
 inline constexpr std::uint32_t magic = ids::tag::sharded_checkpoint;  // bytes "GCSH"

@@ -1,6 +1,6 @@
 #pragma once
 // The sharded path's rules and the flow of its calls, written once for every backend
-// (sharded/codec.hpp explains the path; docs/sharded.md): the phases' shapes, the call order,
+// (gradcomp/sharded.hpp explains the path; docs/sharded.md): the phases' shapes, the call order,
 // the slot's head and the walk over its frames (GRADCOMP_HD: the host and a GPU thread run the
 // same function), the per-rank seeds, and detail::flow, which runs each call over an
 // executor (cpu/sharded.hpp, cuda/sharded.cuh).
@@ -10,11 +10,12 @@
 #include <cstdint>
 #include <span>
 
-#include "../compressor.hpp"
 #include "../core/byteio.hpp"
 #include "../core/frame.hpp"
 #include "../core/ids.hpp"
 #include "../core/murmur3.hpp"
+#include "../core/numeric.hpp"
+#include "../core/status.hpp"
 #include "../summable/phases.hpp"
 
 namespace gradcomp::sharded {

@@ -44,7 +44,7 @@ enum class wire_type : std::uint8_t {
 enum class aggregation : std::uint8_t {
   gather,    // payloads differ per rank: all-gather them, decode and accumulate each
   summable,  // payloads may be reduced element-wise by the transport, in phases
-  sharded,   // per-shard payloads, moved by all-to-all (and all-gather): sharded/codec.hpp
+  sharded,   // per-shard payloads, moved by all-to-all (and all-gather): gradcomp/sharded.hpp
 };
 
 constexpr std::size_t wire_bytes(wire_type t) { return t == wire_type::bf16 || t == wire_type::f16 ? 2 : 4; }
@@ -138,7 +138,7 @@ inline constexpr aggregation aggregation_of_v = aggregation_of<C>();
 template <class C>
 inline constexpr bool is_summable_v = aggregation_of_v<C> == aggregation::summable;
 
-// The members every summable codec has (summable/values.hpp, tagc/codec.hpp).
+// The members every summable codec has (summable/values.hpp, gradcomp/tagc.hpp).
 template <class C>
 concept summable_codec =
     is_summable_v<C> && requires(const C& c, typename C::state_type& st, std::size_t k, std::span<const float> grad,

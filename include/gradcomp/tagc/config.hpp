@@ -1,6 +1,6 @@
 #pragma once
 // TAGC-2's configuration, its published presets, and the sizes every rank derives from it
-// (docs/tagc.md). The codec itself is tagc/codec.hpp.
+// (docs/tagc.md). The codec itself is gradcomp/tagc.hpp.
 
 #include <algorithm>
 #include <cmath>

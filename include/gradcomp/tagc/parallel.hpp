@@ -1,7 +1,7 @@
 #pragma once
-// TAGC's codec (tagc/codec.hpp) as data-parallel steps: each functor below is the work of one
+// TAGC's codec (gradcomp/tagc.hpp) as data-parallel steps: each functor below is the work of one
 // GPU thread (an element, a bitmap word, a shard, a cell, an item), and running the steps in
-// the order of tagc/parallel_flow.hpp gives the host codec's bytes, residuals and thresholds.
+// the order of tagc/parallel_memory.hpp gives the host codec's bytes, residuals and thresholds.
 // cuda/tagc.cuh launches them as kernels; tests/tagc/parallel_test.cpp runs them as loops.
 //
 // Functors are trivially copyable values (kernel arguments) with a GRADCOMP_HD call operator:
@@ -27,7 +27,7 @@
 #include "../sketch/parallel.hpp"
 #include "../sparsify/threshold_search.hpp"
 #include "config.hpp"
-#include "flow.hpp"
+#include "rules.hpp"
 
 namespace gradcomp::tagc {
 

@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "../sketch/peel.hpp"
-#include "flow.hpp"
+#include "rules.hpp"
 
 namespace gradcomp::tagc {
 

@@ -14,7 +14,7 @@
 #include <string>
 #include <vector>
 
-#include "../core/layout.hpp"
+#include "layout.hpp"
 
 namespace gradcomp::transformer {
 

@@ -30,7 +30,7 @@
 #include <vector>
 
 #include "../compressor.hpp"
-#include "../core/layout.hpp"
+#include "layout.hpp"
 #include "../state.hpp"
 #include "../engine/frame_checks.hpp"
 #include "telemetry.hpp"

@@ -19,7 +19,7 @@
 #include <utility>
 #include <vector>
 
-#include "../core/layout.hpp"
+#include "layout.hpp"
 #include "../core/status.hpp"
 #include "router.hpp"
 

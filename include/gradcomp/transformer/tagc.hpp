@@ -12,7 +12,7 @@
 #include <cstddef>
 
 #include "../compressor.hpp"
-#include "../core/layout.hpp"
+#include "layout.hpp"
 #include "../feedback/none.hpp"
 #include "../feedback/residual.hpp"
 #include "../partition/chunks.hpp"

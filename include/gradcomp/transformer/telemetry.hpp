@@ -14,7 +14,7 @@
 #include <vector>
 
 #include "../core/frame.hpp"
-#include "../core/layout.hpp"
+#include "layout.hpp"
 #include "../core/numeric.hpp"
 #include "../core/status.hpp"
 #include "../state.hpp"

@@ -1,5 +1,5 @@
 #pragma once
-// The gather aggregation path as one phase (docs/design.md, "Aggregation paths"): any
+// The gather aggregation path as one phase, on the CPU (docs/design.md, "Aggregation paths"): any
 // compressor<>'s frames of the whole buffer in a slot of fixed size, all-gathered; every rank
 // checks the W slots and then decodes and adds them in rank order, so that every replica holds
 // the same sum. A rank receives W - 1 payloads: for few ranks (the sharded path's bytes do not
@@ -16,10 +16,10 @@
 #include <span>
 #include <type_traits>
 
-#include "../compressor.hpp"
-#include "../sharded/flow.hpp"
-#include "../state.hpp"
-#include "../summable/phases.hpp"
+#include "compressor.hpp"
+#include "sharded/flow.hpp"
+#include "state.hpp"
+#include "summable/phases.hpp"
 
 namespace gradcomp::gather {
 

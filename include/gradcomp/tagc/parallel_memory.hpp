@@ -1,18 +1,7 @@
 #pragma once
-// The TAGC codec's calls as a sequence of data-parallel steps over an executor (the functors
-// of tagc/parallel.hpp and parallel_sketch.hpp), written once for the CUDA backend
-// (cuda/tagc.cuh) and the host loops of the tests. An executor `Ex` offers:
-//   ex.map(n, f, guard)                       f(i) for i < n
-//   ex.count(n, f, counters, guard)           counters[f(i).segment] += f(i).value
-//   ex.sort_keys(temp, bytes, in, out, n, bits)            ascending u64 keys (stable)
-//   ex.sort_pairs(temp, bytes, kin, kout, vin, vout, n, bits)  u32 pairs by key (stable)
-//   ex.exclusive_sum(temp, bytes, data, n)    in place, u32
-//   ex.zero(p, bytes), ex.upload(dst, src, bytes), ex.download(dst, src, bytes)
-//   ex.outcome()                              the first failure of the executor itself
-//   Ex::temp_bytes(sizes)                     the sorts' and scan's scratch
-// A call enqueues steps whose sizes the host knows (the bounds: the most items, rows, cells);
-// what depends on the data is read by the steps from device memory (the report's rows, the
-// scanned item counts), so nothing waits for the device inside a step.
+// The memory of the data-parallel TAGC form (tagc/parallel_runner.hpp runs it): every size a
+// rank's buffers need (sizes_for), the carving of the caller's state and workspace memory into
+// the steps' arrays, the rank's device_state and the per-shard plan that make_state uploads.
 
 #include <cstddef>
 #include <cstdint>

@@ -19,7 +19,8 @@
 // frames of the step, zeros up to slot_bytes = 16 + max_payload_bytes of the largest shard
 // (docs/wire-format.md, "Sharded slot"). The flow of each call is written once
 // (sharded/flow.hpp) over an executor: the CPU's (cpu/sharded.hpp, this codec) and the GPU's
-// (cuda/sharded.cuh, cuda::sharded::codec).
+// (cuda/sharded.cuh, cuda::sharded::codec). This header is the path on the CPU: the codec, its
+// state (sharded/state.hpp) and its checkpoints (sharded/checkpoint.hpp).
 //
 // Randomness: the compressor's seed is mixed with the sender's rank and the shard
 // (seed_for), so that ranks and shards draw independent numbers (stochastic rounding stays
@@ -30,8 +31,10 @@
 #include <cstdint>
 #include <span>
 
-#include "../cpu/sharded.hpp"
-#include "flow.hpp"
+#include "cpu/sharded.hpp"
+#include "sharded/checkpoint.hpp"
+#include "sharded/flow.hpp"
+#include "sharded/state.hpp"
 
 namespace gradcomp::sharded {
 
@@ -41,7 +44,7 @@ class codec {
  public:
   static constexpr summable::aggregation aggregation_kind = summable::aggregation::sharded;
   static constexpr std::size_t scatter_phase = 0, gather_phase = 1;
-  using state = cpu::detail::sharded_state;
+  using state = sharded::state;
   using state_type = state;
 
   explicit codec(const C& c, mode m = mode::reduce_scatter) : f_(c, c, m) {}

@@ -21,16 +21,23 @@
 // Every call checks its stage, sizes and values before writing; on error nothing advances.
 // The phases have names (encode_bitmap, receive_bitmap, encode_sketch, receive_sketch,
 // finish_step: the calls of cuda::tagc::codec) and the summable phase interface's numbers
-// (encode(k), receive(k)). The checks are tagc/flow.hpp's, shared with the parallel form; the
-// kernels are the CPU executor's (cpu/tagc.hpp).
+// (encode(k), receive(k)). The checks are tagc/rules.hpp's, shared with the parallel form; the
+// kernels are the CPU executor's (cpu/tagc.hpp). This header is TAGC on the CPU: the
+// codec and the checkpoint calls that take it (the image: tagc/checkpoint.hpp).
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <span>
+#include <vector>
 
-#include "../cpu/tagc.hpp"
-#include "flow.hpp"
-#include "state.hpp"
+#include "core/byteio.hpp"
+#include "core/crc32c.hpp"
+#include "cpu/tagc.hpp"
+#include "tagc/checkpoint.hpp"
+#include "tagc/rules.hpp"
+#include "tagc/state.hpp"
 
 namespace gradcomp::tagc {
 
@@ -76,10 +83,9 @@ class codec {
   // Phase 0: x = g + e, each shard's threshold search, the kept positions into `out`
   // (describe(0).bytes()).
   status encode_bitmap(state& st, std::span<const float> grad, std::span<std::byte> out) const {
-    const result<summable::phase> p = describe(bitmap_phase, st);
+    const result<summable::phase> p =
+        detail::open_call(*this, bitmap_phase, st, stage::encode_bitmap, out, "phase buffer differs from describe().bytes()");
     if (!p) return p.error();
-    if (st.at != stage::encode_bitmap) return detail::out_of_order();
-    if (status s = detail::check_buffer(*p, out.size(), out.data(), "phase buffer differs from describe().bytes()"); !s) return s;
     if (grad.size() != st.size) return {errc::size_mismatch, "gradient differs from the state's size"};
     cpu::detail::tagc_kernels(cfg_).encode_bitmap(grad, st, reinterpret_cast<std::uint32_t*>(out.data()));
     st.at = stage::receive_bitmap;
@@ -89,11 +95,9 @@ class codec {
   // receive(0): the reduced bitmap (the whole buffer: the phase is not shardable), checked; the
   // union and r.
   status receive_bitmap(state& st, std::span<const std::byte> in) const {
-    const result<summable::phase> p = describe(bitmap_phase, st);
+    const result<summable::phase> p = detail::open_call(*this, bitmap_phase, st, stage::receive_bitmap, in,
+                                                        "reduced buffer differs from the phase's size (not shardable)");
     if (!p) return p.error();
-    if (st.at != stage::receive_bitmap) return detail::out_of_order();
-    if (status s = detail::check_buffer(*p, in.size(), in.data(), "reduced buffer differs from the phase's size (not shardable)"); !s)
-      return s;
     const std::span<const std::uint32_t> words(reinterpret_cast<const std::uint32_t*>(in.data()), p->count);
     if (status s = cpu::detail::tagc_kernels(cfg_).receive_bitmap(words, st); !s) return s;
     st.at = stage::encode_sketch;
@@ -103,10 +107,9 @@ class codec {
   // Phase 1: every destination shard's cells into `out` (describe(1).bytes()), then the residual
   // keeps x minus what this rank's own cells convey.
   status encode_sketch(state& st, std::span<std::byte> out) const {
-    const result<summable::phase> p = describe(sketch_phase, st);
+    const result<summable::phase> p =
+        detail::open_call(*this, sketch_phase, st, stage::encode_sketch, out, "phase buffer differs from describe().bytes()");
     if (!p) return p.error();
-    if (st.at != stage::encode_sketch) return detail::out_of_order();
-    if (status s = detail::check_buffer(*p, out.size(), out.data(), "phase buffer differs from describe().bytes()"); !s) return s;
     const cpu::detail::tagc_kernels k(cfg_);
     if (cfg_.cells == summable::wire_type::f32) {
       k.encode_sketch(st, std::span<float>(reinterpret_cast<float*>(out.data()), p->count));
@@ -121,9 +124,8 @@ class codec {
   // (out: its shard_of range); positions that do not peel decode to 0 (they stay in the
   // senders' residuals).
   status receive_sketch(state& st, std::span<const std::byte> in, summable::received kind, std::span<float> out) const {
-    const result<summable::phase> p = describe(sketch_phase, st);
+    const result<summable::phase> p = detail::open_call(*this, sketch_phase, st, stage::receive_sketch);
     if (!p) return p.error();
-    if (st.at != stage::receive_sketch) return detail::out_of_order();
     const bool whole = kind == summable::received::whole;
     if (in.size() != (whole ? p->bytes() : p->shard_bytes()))
       return {errc::size_mismatch, whole ? "reduced buffer differs from the phase's size" : "reduced shard differs from the phase's shard size"};
@@ -153,9 +155,8 @@ class codec {
   }
   status receive(std::size_t k, state& st, std::span<const std::byte> in, std::span<float> out) const {
     if (k == bitmap_phase) return receive_bitmap(st, in);
-    const result<summable::phase> p = describe(k, st);
+    const result<summable::phase> p = detail::open_call(*this, k, st, stage::receive_sketch);
     if (!p) return p.error();
-    if (st.at != stage::receive_sketch) return detail::out_of_order();
     const result<summable::received> got = summable::classify(*p, in.size());
     if (!got) return got.error();
     return receive_sketch(st, in, *got, out);
@@ -182,5 +183,93 @@ class codec {
 
   config cfg_{};
 };
+
+// --- Checkpoints of a rank's state (tagc/checkpoint.hpp: the image), with this codec's checks.
+
+// The checkpoint of `s` (tagc/checkpoint.hpp: its layout) into `out` (checkpoint_bytes(s)).
+inline result<std::size_t> save_checkpoint(const codec& c, const state& s, std::span<std::byte> out) {
+  if (status v = c.validate(); !v) return v;
+  const std::size_t bytes = checkpoint_bytes(s);
+  if (out.size() < bytes) return status{errc::buffer_too_small, "checkpoint buffer smaller than checkpoint_bytes()"};
+  std::byte* p = out.data();
+  store_le<std::uint32_t>(p, checkpoint::magic);
+  store_le<std::uint16_t>(p + 4, checkpoint::version);
+  store_le<std::uint16_t>(p + 6, 0);
+  store_le<std::uint32_t>(p + 8, c.codec_id());
+  store_le<std::uint32_t>(p + 12, select_fingerprint(c.get_config()));
+  store_le<std::uint64_t>(p + 16, s.size);
+  store_le<std::uint32_t>(p + 24, s.world);
+  store_le<std::uint32_t>(p + 28, s.rank);
+  store_le<std::uint64_t>(p + 32, s.step);
+  store_le<std::uint32_t>(p + 40, s.key);
+  store_le<std::uint32_t>(p + 44, static_cast<std::uint32_t>(s.thresholds.size()));
+  store_le<std::uint64_t>(p + 48, s.residual.size());
+  std::byte* at = p + checkpoint::header_bytes;
+  if (!s.thresholds.empty()) std::memcpy(at, s.thresholds.data(), 4 * s.thresholds.size());
+  at += 4 * s.thresholds.size();
+  if (!s.residual.empty()) std::memcpy(at, s.residual.data(), 4 * s.residual.size());
+  store_le<std::uint32_t>(p + bytes - 4, crc32c(std::span<const std::byte>(p, bytes - 4)));
+  return bytes;
+}
+
+namespace detail {
+inline status check_owner(const codec& c, const checkpoint_view& v, const state& s) {
+  if (v.codec_id != c.codec_id()) return {errc::codec_mismatch, "TAGC checkpoint made with another phase format (block, cells, bitmap, sizing)"};
+  if (v.fingerprint != select_fingerprint(c.get_config()))
+    return {errc::codec_mismatch, "TAGC checkpoint made with another threshold selection config"};
+  if (v.size != s.size) return {errc::size_mismatch, "TAGC checkpoint holds another gradient size"};
+  return {};
+}
+}  // namespace detail
+
+// Restores `s` (from make_state of the same codec, size, world and rank); on error `s` is left
+// as it was.
+inline status load_checkpoint(const codec& c, std::span<const std::byte> in, state& s) {
+  if (const auto d = c.describe(codec::bitmap_phase, s); !d) return d.error();
+  const result<checkpoint_view> v = parse_checkpoint(in);
+  if (!v) return v.error();
+  if (status e = detail::check_owner(c, *v, s); !e) return e;
+  if (v->world != s.world || v->rank != s.rank)
+    return {errc::size_mismatch, "TAGC checkpoint made for another world size or rank (restore_elastic re-slices it)"};
+  s.step = v->step;
+  s.key = v->key;
+  std::memcpy(s.thresholds.data(), v->thresholds, 4 * s.thresholds.size());
+  if (!s.residual.empty()) std::memcpy(s.residual.data(), v->residual, 4 * s.residual.size());
+  s.at = stage::encode_bitmap;
+  return {};
+}
+
+// Restores rank s.rank of s.world from the checkpoints of every rank of a run of any world
+// size (in any order); see the rule at the top. On error `s` is left as it was.
+inline status restore_elastic(const codec& c, std::span<const std::span<const std::byte>> saved, state& s) {
+  if (const auto d = c.describe(codec::bitmap_phase, s); !d) return d.error();
+  if (saved.empty()) return {errc::invalid_argument, "restore_elastic needs the checkpoints of every saved rank"};
+  std::vector<checkpoint_view> by_rank(saved.size());
+  std::vector<bool> seen(saved.size(), false);
+  for (const std::span<const std::byte> img : saved) {
+    const result<checkpoint_view> v = parse_checkpoint(img);
+    if (!v) return v.error();
+    if (status e = detail::check_owner(c, *v, s); !e) return e;
+    if (v->world != saved.size()) return {errc::size_mismatch, "restore_elastic got a number of checkpoints other than their world size"};
+    if (seen[v->rank]) return {errc::invalid_argument, "restore_elastic got two checkpoints of the same rank"};
+    seen[v->rank] = true;
+    by_rank[v->rank] = *v;
+  }
+  for (const checkpoint_view& v : by_rank)
+    if (v.step != by_rank[0].step || v.key != by_rank[0].key)
+      return {errc::invalid_argument, "restore_elastic checkpoints differ in step or sampling key"};
+  const chunk_range mine = summable::shard_of(s.size, s.world, s.rank);
+  std::fill(s.residual.begin(), s.residual.end(), 0.0f);
+  for (std::size_t j = mine.offset; j < mine.offset + mine.count; ++j) {
+    float sum = by_rank[0].residual_at(j);
+    for (std::size_t r = 1; r < by_rank.size(); ++r) sum = sum + by_rank[r].residual_at(j);
+    s.residual[j] = sum;
+  }
+  std::fill(s.thresholds.begin(), s.thresholds.end(), 0.0f);
+  s.step = by_rank[0].step;
+  s.key = by_rank[0].key;
+  s.at = stage::encode_bitmap;
+  return {};
+}
 
 }  // namespace gradcomp::tagc

@@ -17,8 +17,8 @@
 #include <utility>
 #include <vector>
 
-#include "numeric.hpp"
-#include "status.hpp"
+#include "../core/numeric.hpp"
+#include "../core/status.hpp"
 
 namespace gradcomp {
 

@@ -1,7 +1,20 @@
 #pragma once
-// tagc::codec's phases over an executor (tagc/parallel_flow.hpp): the same checks of the call
-// order, sizes and alignment, returned at once; then the steps, enqueued. cuda::tagc::codec
-// (cuda/tagc.cuh) is this with the CUDA executor; the tests run it with host loops.
+// tagc::codec's calls as a sequence of data-parallel steps over an executor (the functors
+// of tagc/parallel.hpp and parallel_sketch.hpp, in memory carved by tagc/parallel_memory.hpp),
+// written once: cuda::tagc::codec (cuda/tagc.cuh) is this with the CUDA executor; the tests run
+// it with host loops. Each call makes tagc::codec's checks of the call order, sizes and
+// alignment, returned at once; then it enqueues the steps. An executor `Ex` offers:
+//   ex.map(n, f, guard)                       f(i) for i < n
+//   ex.count(n, f, counters, guard)           counters[f(i).segment] += f(i).value
+//   ex.sort_keys(temp, bytes, in, out, n, bits)            ascending u64 keys (stable)
+//   ex.sort_pairs(temp, bytes, kin, kout, vin, vout, n, bits)  u32 pairs by key (stable)
+//   ex.exclusive_sum(temp, bytes, data, n)    in place, u32
+//   ex.zero(p, bytes), ex.upload(dst, src, bytes), ex.download(dst, src, bytes)
+//   ex.outcome()                              the first failure of the executor itself
+//   Ex::temp_bytes(sizes)                     the sorts' and scan's scratch
+// A call enqueues steps whose sizes the host knows (the bounds: the most items, rows, cells);
+// what depends on the data is read by the steps from device memory (the report's rows, the
+// scanned item counts), so nothing waits for the device inside a step.
 //
 // What differs from tagc::codec, because the host never waits for the device:
 //   - a failure that depends on the data (a bad union in receive(0), a packed sketch buffer
@@ -18,7 +31,7 @@
 #include <type_traits>
 #include <vector>
 
-#include "parallel_flow.hpp"
+#include "parallel_memory.hpp"
 
 namespace gradcomp::tagc::detail {
 
@@ -98,10 +111,9 @@ class runner {
   template <class Ex>
   status encode_bitmap(Ex& ex, std::span<std::byte> workspace, device_state& st, std::span<const float> grad,
                        std::span<std::byte> out) const {
-    const result<summable::phase> p = describe(bitmap_phase, st);
+    const result<summable::phase> p =
+        open_call(*this, bitmap_phase, st, stage::encode_bitmap, out, "phase buffer differs from describe().bytes()");
     if (!p) return p.error();
-    if (st.at != stage::encode_bitmap) return tagc::detail::out_of_order();
-    if (status s = tagc::detail::check_buffer(*p, out.size(), out.data(), "phase buffer differs from describe().bytes()"); !s) return s;
     if (grad.size() != st.size) return {errc::size_mismatch, "gradient differs from the state's size"};
     call k;
     if (status s = begin<Ex>(st, workspace, k); !s) return s;
@@ -136,11 +148,9 @@ class runner {
   // receive(0): the reduced bitmap, checked; the union per shard, r and the cell index.
   template <class Ex>
   status receive_bitmap(Ex& ex, std::span<std::byte> workspace, device_state& st, std::span<const std::byte> in) const {
-    const result<summable::phase> p = describe(bitmap_phase, st);
+    const result<summable::phase> p =
+        open_call(*this, bitmap_phase, st, stage::receive_bitmap, in, "reduced buffer differs from the phase's size (not shardable)");
     if (!p) return p.error();
-    if (st.at != stage::receive_bitmap) return tagc::detail::out_of_order();
-    if (status s = tagc::detail::check_buffer(*p, in.size(), in.data(), "reduced buffer differs from the phase's size (not shardable)"); !s)
-      return s;
     call k;
     if (status s = begin<Ex>(st, workspace, k); !s) return s;
     const context& c = k.c;
@@ -177,9 +187,8 @@ class runner {
   // says buffer_too_small); padded: exactly describe(1).bytes().
   template <class Ex>
   status encode_sketch(Ex& ex, std::span<std::byte> workspace, device_state& st, std::span<std::byte> out) const {
-    const result<summable::phase> p = describe(sketch_phase, st);
+    const result<summable::phase> p = open_call(*this, sketch_phase, st, stage::encode_sketch);
     if (!p) return p.error();
-    if (st.at != stage::encode_sketch) return tagc::detail::out_of_order();
     if (status s = check_cells(*p, out.size(), out.data(), false); !s) return s;
     call k;
     if (status s = begin<Ex>(st, workspace, k); !s) return s;
@@ -207,9 +216,8 @@ class runner {
   template <class Ex>
   status receive_sketch(Ex& ex, std::span<std::byte> workspace, device_state& st, std::span<const std::byte> in,
                         summable::received kind, std::span<float> out) const {
-    const result<summable::phase> p = describe(sketch_phase, st);
+    const result<summable::phase> p = open_call(*this, sketch_phase, st, stage::receive_sketch);
     if (!p) return p.error();
-    if (st.at != stage::receive_sketch) return tagc::detail::out_of_order();
     const bool whole = kind == summable::received::whole;
     if (status s = check_cells(*p, in.size(), in.data(), !whole); !s) return s;
     if (status s = tagc::detail::check_output(st.size, st.world, st.rank, kind, out.size()); !s) return s;
@@ -242,10 +250,7 @@ class runner {
   // save_checkpoint / load_checkpoint; not for the hot path).
   template <class Ex>
   status download_state(Ex& ex, const device_state& st, state& h) const {
-    if (status s = check_state(st); !s) return s;
-    if (h.size != st.size || h.world != st.world || h.rank != st.rank || h.residual.size() != st.size ||
-        h.thresholds.size() != st.world)
-      return {errc::size_mismatch, "host TAGC state differs from the device state's size, world or rank"};
+    if (status s = check_host(st, h); !s) return s;
     ex.download(&h.step, st.v.step, sizeof h.step);
     ex.download(&h.key, st.v.key, sizeof h.key);
     ex.download(h.residual.data(), st.v.residual, 4 * st.size);
@@ -254,10 +259,7 @@ class runner {
   }
   template <class Ex>
   status upload_state(Ex& ex, const state& h, device_state& st) const {
-    if (status s = check_state(st); !s) return s;
-    if (h.size != st.size || h.world != st.world || h.rank != st.rank || h.residual.size() != st.size ||
-        h.thresholds.size() != st.world)
-      return {errc::size_mismatch, "host TAGC state differs from the device state's size, world or rank"};
+    if (status s = check_host(st, h); !s) return s;
     ex.upload(st.v.step, &h.step, sizeof h.step);
     ex.upload(st.v.key, &h.key, sizeof h.key);
     ex.upload(st.v.residual, h.residual.data(), 4 * st.size);
@@ -293,6 +295,15 @@ class runner {
     if (st.v.report == nullptr || st.v.residual == nullptr) return {errc::invalid_argument, "TAGC device state not made by make_state"};
     if (st.codec_id != tagc::codec_id(cfg_) || st.select_id != select_fingerprint(cfg_))
       return {errc::codec_mismatch, "TAGC device state made by a codec of another config"};
+    return {};
+  }
+
+  // A host state to copy to or from `st`: of the same size, world and rank.
+  status check_host(const device_state& st, const state& h) const {
+    if (status s = check_state(st); !s) return s;
+    if (h.size != st.size || h.world != st.world || h.rank != st.rank || h.residual.size() != st.size ||
+        h.thresholds.size() != st.world)
+      return {errc::size_mismatch, "host TAGC state differs from the device state's size, world or rank"};
     return {};
   }
 

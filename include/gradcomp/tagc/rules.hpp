@@ -67,6 +67,24 @@ inline status check_buffer(const summable::phase& p, std::size_t bytes, const vo
   return summable::check_alignment(p, data);
 }
 
+// What every phase call of either codec checks first, in this order: the state and phase
+// (describe(k)), the call order (`at`), then, given a buffer of exactly the phase's bytes, its
+// size and alignment (`what`: the error's message).
+template <class Codec, class State>
+result<summable::phase> open_call(const Codec& c, std::size_t k, const State& st, stage at) {
+  result<summable::phase> p = c.describe(k, st);
+  if (p && st.at != at) return out_of_order();
+  return p;
+}
+template <class Codec, class State>
+result<summable::phase> open_call(const Codec& c, std::size_t k, const State& st, stage at, std::span<const std::byte> buffer,
+                                  const char* what) {
+  result<summable::phase> p = open_call(c, k, st, at);
+  if (!p) return p;
+  if (status s = check_buffer(*p, buffer.size(), buffer.data(), what); !s) return s;
+  return p;
+}
+
 // receive(1)'s output: n values (the whole sketch) or this rank's shard_of range.
 inline status check_output(std::size_t n, std::uint32_t world, std::uint32_t rank, summable::received kind, std::size_t size) {
   if (size != (kind == summable::received::whole ? n : summable::shard_of(n, world, rank).count))
