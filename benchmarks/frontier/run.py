@@ -74,6 +74,11 @@ def methods():
     local("local int4+EF", "int4", "sharded", 20, (0,), error_feedback=True, **average)
     local("local int4+EF outer lr 1.5", "int4", "sharded", 10, (0,), error_feedback=True, outer_lr=1.5, outer_momentum=0.0)
     local("local int4+EF momentum 0.5", "int4", "sharded", 10, (0,), error_feedback=True, outer_lr=1.0, outer_momentum=0.5)
+    local("local int4+EF momentum 0.5", "int4", "sharded", 5, (0,), error_feedback=True, outer_lr=1.0, outer_momentum=0.5)
+    local("streaming int4 4 fragments momentum 0.5", "int4", "sharded", 20, (0,), error_feedback=True, fragments=4, overlap=1,
+          mix=0.5, outer_lr=1.0, outer_momentum=0.5)
+    local("streaming int4 4 fragments momentum 0.5", "int4", "sharded", 10, (0,), error_feedback=True, fragments=4, overlap=1,
+          mix=0.5, outer_lr=1.0, outer_momentum=0.5)
     # DiLoCo's outer Nesterov step, SparseLoCo, Streaming DiLoCo, the pure local-steps reference
     local("local int4+EF Nesterov", "int4", "sharded", 20, (0,), error_feedback=True, **nesterov)
     local("local top-k 2%+EF", "topk", "sharded", 10, (0,), density=0.02, error_feedback=True, feedback_scale=0.95, **average)
