@@ -59,11 +59,11 @@ def methods():
     nesterov = {"outer_lr": 0.7, "outer_momentum": 0.9, "nesterov": True}
     average = {"outer_lr": 1.0, "outer_momentum": 0.0, "nesterov": False}
     add("fp32", "fp32", seeds=three)
-    local("local int4+EF", "int4", "sharded", 5, three, error_feedback=True, **average)
+    local("local int4+EF", "int4", "sharded", 5, (0,), error_feedback=True, **average)
     local("local int4+EF", "int4", "sharded", 10, (0,), error_feedback=True, **average)
     # Averaging AdamW steps of W replicas shortens the step (their noise cancels): a larger outer
     # step or a little outer momentum gives it back
-    local("local int4+EF outer lr 1.5", "int4", "sharded", 5, three, error_feedback=True, outer_lr=1.5, outer_momentum=0.0)
+    local("local int4+EF outer lr 1.5", "int4", "sharded", 5, (0,), error_feedback=True, outer_lr=1.5, outer_momentum=0.0)
     local("local int8", "int8", "sharded", 10, (0,), **average)
     local("local int4+EF outer lr 2", "int4", "sharded", 5, (0,), error_feedback=True, outer_lr=2.0, outer_momentum=0.0)
     local("local int4+EF outer lr 2", "int4", "sharded", 10, (0,), error_feedback=True, outer_lr=2.0, outer_momentum=0.0)
@@ -74,7 +74,9 @@ def methods():
     local("local int4+EF", "int4", "sharded", 20, (0,), error_feedback=True, **average)
     local("local int4+EF outer lr 1.5", "int4", "sharded", 10, (0,), error_feedback=True, outer_lr=1.5, outer_momentum=0.0)
     local("local int4+EF momentum 0.5", "int4", "sharded", 10, (0,), error_feedback=True, outer_lr=1.0, outer_momentum=0.5)
-    local("local int4+EF momentum 0.5", "int4", "sharded", 5, (0,), error_feedback=True, outer_lr=1.0, outer_momentum=0.5)
+    local("local int4+EF momentum 0.5", "int4", "sharded", 5, three, error_feedback=True, outer_lr=1.0, outer_momentum=0.5)
+    local("local int4+EF momentum 0.7", "int4", "sharded", 5, (0,), error_feedback=True, outer_lr=1.0, outer_momentum=0.7)
+    local("local int4+EF momentum 0.5", "int4", "sharded", 20, (0,), error_feedback=True, outer_lr=1.0, outer_momentum=0.5)
     local("streaming int4 4 fragments momentum 0.5", "int4", "sharded", 20, (0,), error_feedback=True, fragments=4, overlap=1,
           mix=0.5, outer_lr=1.0, outer_momentum=0.5)
     local("streaming int4 4 fragments momentum 0.5", "int4", "sharded", 10, (0,), error_feedback=True, fragments=4, overlap=1,
