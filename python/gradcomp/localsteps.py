@@ -14,9 +14,10 @@ than a per-step gradient, and it tolerates coarse codecs.
     ...     sync.step()                   # after every inner step: syncs what is due
     >>> sync.finish()                     # the last syncs: every replica ends on the anchor
 
-* **DiLoCo** (Douillard et al. 2023): ``fragments=1``, an outer Nesterov step (``outer_lr=0.7``,
-  ``outer_momentum=0.9``, the defaults); ``outer_lr=1, outer_momentum=0`` is plain averaging,
-  which measures better at small H (docs/localsteps.md).
+* **DiLoCo** (Douillard et al. 2023): ``fragments=1`` and an outer Nesterov step: the paper's
+  ``outer_lr=0.7, outer_momentum=0.9`` for periods in the hundreds; the defaults,
+  ``outer_lr=1, outer_momentum=0.5``, measured best at H = 5 to 20 (docs/localsteps.md);
+  ``outer_lr=1, outer_momentum=0`` is plain averaging.
 * **Streaming DiLoCo** (2025): ``fragments=F`` syncs the fragments on a staggered schedule
   (fragment f every H steps, F fragments spread over the period: the peak exchange is one
   fragment); ``overlap=tau`` applies a fragment's mean tau inner steps after its send, the
@@ -103,8 +104,8 @@ class LocalSteps:
         fragments (int): parameter fragments on a staggered schedule (1 to period).
         overlap (int): inner steps between a fragment's send and its apply (0 to period - 1).
         mix (float): weight of the local fragment at the apply, in [0, 1).
-        outer_lr (float): the outer learning rate.
-        outer_momentum (float): the outer momentum, in [0, 1) (0: none).
+        outer_lr (float): the outer learning rate (default 1).
+        outer_momentum (float): the outer momentum, in [0, 1) (0: none; default 0.5).
         nesterov (bool): Nesterov's form of the outer momentum.
         process_group (ProcessGroup, optional): the replicas (default: the world).
         **options: the codec's options (``error_feedback``, ``feedback_scale``, ``density``,
@@ -117,7 +118,7 @@ class LocalSteps:
     """
 
     def __init__(self, model, codec: str = "int4", path: str = "auto", period: int = 50, fragments: int = 1,
-                 overlap: int = 0, mix: float = 0.0, outer_lr: float = 0.7, outer_momentum: float = 0.9,
+                 overlap: int = 0, mix: float = 0.0, outer_lr: float = 1.0, outer_momentum: float = 0.5,
                  nesterov: bool = True, process_group: Optional[dist.ProcessGroup] = None, **options) -> None:
         params = [p for p in (model.parameters() if isinstance(model, torch.nn.Module) else model) if p.requires_grad]
         _check_options(codec, path, period, fragments, overlap, mix, outer_lr, outer_momentum, params, options)

@@ -18,8 +18,8 @@ GRADCOMP_PRECISE_BEGIN
 GRADCOMP_HD inline float pseudo_gradient(float anchor, float local, float world) { return canonical_nan((anchor - local) / world); }
 
 struct outer_rule {
-  float lr = 0.7f;
-  float momentum = 0.9f;
+  float lr = 1.0f;
+  float momentum = 0.5f;
   bool nesterov = true;
 };
 
