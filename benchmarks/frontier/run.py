@@ -3,7 +3,7 @@ sends per step averaged over the whole run, for per-step gradient exchanges (DDP
 local steps (gradcomp.localsteps.LocalSteps), at 4 ranks (gloo on CPU, one process and one
 thread per rank). docs/frontier.md describes the methods, the corpus and the goals.
 
-    ~/.cache/gradcomp-ci/venv/bin/python benchmarks/frontier/run.py --steps 1000   # about 55 minutes on 2 idle cores (32 runs)
+    ~/.cache/gradcomp-ci/venv/bin/python benchmarks/frontier/run.py --steps 1000   # about 55 minutes on 2 idle cores (33 runs)
     ~/.cache/gradcomp-ci/venv/bin/python benchmarks/frontier/report.py            # table -> docs/frontier.md, plot -> docs/frontier.png
 
 The corpus is Debian's fortunes package (apt-get install -y --no-install-recommends fortunes).
@@ -23,7 +23,7 @@ over).
 Run time: a run of 1,000 steps takes 155 to 175 CPU seconds over its 4 ranks (--time-one: fp32
 156, local fp32 H=10 174, local int8 H=10 157; on 2 cores at load 15, where the wall time was
 350 to 415 s), so about 80 to 90 s on 2 idle cores plus start-up and the held-out evaluations
-rank 0 does alone; the 32 runs of the list take about 55 minutes.
+rank 0 does alone; the 33 runs of the list take about 55 minutes.
 
 rank.py has the corpus, the model and the training loop.
 """
@@ -75,6 +75,7 @@ def methods():
     local("local int4+EF outer lr 1.5", "int4", "sharded", 10, (0,), error_feedback=True, outer_lr=1.5, outer_momentum=0.0)
     local("local int4+EF momentum 0.5", "int4", "sharded", 10, (0,), error_feedback=True, outer_lr=1.0, outer_momentum=0.5)
     local("local int4+EF momentum 0.5", "int4", "sharded", 5, three, error_feedback=True, outer_lr=1.0, outer_momentum=0.5)
+    local("local int4+EF momentum 0.3", "int4", "sharded", 5, (0,), error_feedback=True, outer_lr=1.0, outer_momentum=0.3)
     local("local int4+EF momentum 0.7", "int4", "sharded", 5, (0,), error_feedback=True, outer_lr=1.0, outer_momentum=0.7)
     local("local int4+EF momentum 0.5", "int4", "sharded", 20, (0,), error_feedback=True, outer_lr=1.0, outer_momentum=0.5)
     local("streaming int4 4 fragments momentum 0.5", "int4", "sharded", 20, (0,), error_feedback=True, fragments=4, overlap=1,
