@@ -21,9 +21,10 @@ GRADCOMP_HD constexpr std::size_t block_at(std::size_t n, std::size_t block, std
   return b;
 }
 
-// Calls f(offset, length) for every block of a chunk of n values, in order.
+// Calls f(offset, length) for every block of a chunk of n values, in order (host; a device
+// kernel gives each block to a group of threads).
 template <class F>
-GRADCOMP_HD_CALL void for_each_block(std::size_t n, std::size_t block, F&& f) {
+void for_each_block(std::size_t n, std::size_t block, F&& f) {
   for (std::size_t at = 0; at < n;) {
     const std::size_t b = block_at(n, block, at);
     f(at, b);
