@@ -14,8 +14,7 @@ A method is a dict: label, optimizer ("adamw" or "sgd"), spec and options, and s
 sets it). Per-step methods wrap the model in DDP; spec is gradcomp.testing.register's
 ("fp32", "torch:powersgd", "tagc" or a codec name) and options the hook state's. spec
 "localsteps" trains a full replica per rank without DDP and calls
-gradcomp.localsteps.LocalSteps(net, **options) after every inner step (--reference: the plain
-torch stand-in reference_localsteps.py).
+gradcomp.localsteps.LocalSteps(net, **options) after every inner step.
 """
 
 import argparse
@@ -31,6 +30,7 @@ import torch.nn.functional as F
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 from gradcomp import testing
+from gradcomp.localsteps import LocalSteps
 
 FORTUNES = "/usr/share/games/fortunes"
 PACKAGE = "fortunes"
@@ -112,14 +112,10 @@ def powersgd_bytes(net, rank_r, world):
     return 2 * (world - 1) * 4 * (comp + raw) // world, comp, raw
 
 
-def exchange(net, method, steps, reference):
+def exchange(net, method, steps):
     """(model to train, hook or LocalSteps state, PowerSGD's start_iter or None, options)."""
     spec, opts = method["spec"], dict(method.get("options", {}))
     if spec == "localsteps":
-        if reference:
-            from reference_localsteps import LocalSteps
-        else:
-            from gradcomp.localsteps import LocalSteps
         return net, LocalSteps(net, **opts), None, opts
     model = DDP(net, bucket_cap_mb=1024)  # one bucket: PowerSGD's callbacks need it (testing.train)
     psgd_start = opts.setdefault("start_iter", max(2, steps // 10)) if spec == "torch:powersgd" else None
@@ -158,12 +154,12 @@ def wire(method, net, state, opts, steps, psgd_start, world):
     return out
 
 
-def run(method, text, held, steps, evals, reference):
+def run(method, text, held, steps, evals):
     rank, world = dist.get_rank(), dist.get_world_size()
     seed = method["seed"]
     torch.manual_seed(seed)
     net = testing.TinyTransformer(**MODEL)
-    model, state, psgd_start, opts = exchange(net, method, steps, reference)
+    model, state, psgd_start, opts = exchange(net, method, steps)
     sync = state if method["spec"] == "localsteps" else None
     name = method["optimizer"]
     base = method.get("lr", LR[name])
@@ -200,8 +196,7 @@ def run(method, text, held, steps, evals, reference):
     replicas_equal = all(torch.equal(gathered[0], t) for t in gathered[1:])
     out = wire(method, net, state, opts, steps, psgd_start, world)
     return {**method, "options": opts, "steps": steps, "eval": ev, "eval_curve": curve, "losses": losses,
-            "seconds": seconds, "replicas_equal": replicas_equal, "reference": bool(sync is not None and reference),
-            **out}
+            "seconds": seconds, "replicas_equal": replicas_equal, **out}
 
 
 def main():
@@ -211,7 +206,6 @@ def main():
     p.add_argument("--port", type=int, required=True)
     p.add_argument("--methods", required=True, help="a JSON file: the runs (methods with a seed), one after another")
     p.add_argument("--steps", type=int, required=True)
-    p.add_argument("--reference", action="store_true", help="local steps by reference_localsteps.py")
     p.add_argument("--out", required=True, help="JSON lines file rank 0 appends to")
     a = p.parse_args()
     testing.init_process_group(a.rank, a.world, a.port, threads=1)
@@ -220,7 +214,7 @@ def main():
         methods = json.load(f)
     evals = {a.steps * k // 8 for k in range(1, 8)}
     for m in methods:
-        r = run(m, text, held, a.steps, evals, a.reference)
+        r = run(m, text, held, a.steps, evals)
         if a.rank == 0:
             r.update(corpus=info, world=a.world, model=MODEL, batch=BATCH, host=os.uname().nodename, cores=os.cpu_count(),
                      date=time.strftime("%Y-%m-%d"), torch=torch.__version__)

@@ -53,7 +53,6 @@ def group(runs):
                     "H": rs[0]["options"].get("period") if rs[0]["spec"] == "localsteps" else None,
                     "seeds": sorted(r["seed"] for r in rs), "eval": mean, "spread": max(ev) - min(ev),
                     "bytes": sum(r["wire_mean"] for r in rs) / len(rs),
-                    "reference": any(r.get("reference") for r in rs),
                     "replicas_differ": not all(r["replicas_equal"] for r in rs)})
     return out
 
@@ -122,8 +121,7 @@ def table(res):
              "fewer than fp32 | against PowerSGD's curve |",
              "|---|---|---:|---:|---:|---:|---:|---:|---:|---|"]
     for row in rows:
-        notes = [w for w, on in (("reference implementation", row["reference"]),
-                                 ("replicas differ at the end", row["replicas_differ"])) if on]
+        notes = ["replicas differ at the end"] if row["replicas_differ"] else []
         label = row["label"] + (f" ({'; '.join(notes)})" if notes else "")
         spread = (f"{row['spread']:.4f} ({100 * row['spread'] / row['eval']:.2f}%)" if len(row["seeds"]) > 1
                   else "one seed")

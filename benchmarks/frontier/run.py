@@ -16,9 +16,6 @@ over).
     --only A,B         these labels only (run.py --list prints them with their seeds)
     --time-one         train the first selected method (fp32 unless --only) once, seed 0, into a
                        scratch file; print the wall and CPU seconds
-    --reference        local-steps methods use reference_localsteps.py (plain torch, fp32
-                       all-reduce of the pseudo-gradients whatever the codec), to test the
-                       benchmark without gradcomp.localsteps; the report marks those rows
 
 Run time: a run of 1,000 steps takes 155 to 175 CPU seconds over its 4 ranks (--time-one: fp32
 156, local fp32 H=10 174, local int8 H=10 157; on 2 cores at load 15, where the wall time was
@@ -97,14 +94,14 @@ def methods():
     return out
 
 
-def launch(world, runs, steps, out, port, reference):
+def launch(world, runs, steps, out, port):
     mfile = out + ".runs.json"
     with open(mfile, "w") as f:
         json.dump(runs, f)
     procs = []
     for r in range(world):
         cmd = [sys.executable, os.path.join(HERE, "rank.py"), "--rank", str(r), "--world", str(world), "--port", str(port),
-               "--methods", mfile, "--steps", str(steps), "--out", out] + (["--reference"] if reference else [])
+               "--methods", mfile, "--steps", str(steps), "--out", out]
         procs.append(subprocess.Popen(cmd, stdout=None if r == 0 else subprocess.DEVNULL, stderr=subprocess.PIPE, text=True))
     errs = [p.communicate()[1] for p in procs]
     return [e[-3000:] for p, e in zip(procs, errs) if p.returncode]
@@ -128,8 +125,6 @@ def main():
     ap.add_argument("--fresh", action="store_true", help="start a new results file")
     ap.add_argument("--time-one", action="store_true",
                     help="train the first method (fp32 unless --only) once, seed 0, into a scratch file; print seconds")
-    ap.add_argument("--reference", action="store_true",
-                    help="local-steps methods use reference_localsteps.py (fp32 all-reduce), not gradcomp.localsteps")
     ap.add_argument("--out", default=os.path.join(ROOT, "build", "frontier", "results.jsonl"))
     a = ap.parse_args()
     ms = methods()
@@ -157,7 +152,7 @@ def main():
         if os.path.exists(out):
             os.remove(out)
         t = time.time()
-        errs = launch(a.world, runs[:1], a.steps, out, 29701, a.reference)
+        errs = launch(a.world, runs[:1], a.steps, out, 29701)
         use = resource.getrusage(resource.RUSAGE_CHILDREN)
         # CPU seconds of the ranks over the cores: the wall time on idle cores, about
         print(f"{runs[0]['label']}, {a.steps} steps: {time.time() - t:.0f} s wall, {use.ru_utime + use.ru_stime:.0f} "
@@ -171,7 +166,7 @@ def main():
         if not todo:
             break
         port += 1
-        errs = launch(a.world, todo, a.steps, a.out, port, a.reference)
+        errs = launch(a.world, todo, a.steps, a.out, port)
         if errs:
             print("a rank failed:\n" + "\n".join(errs), flush=True)
             failed = next((r for r in todo if (r["label"], r["seed"]) not in done(a.out)), None)
