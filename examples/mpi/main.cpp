@@ -137,7 +137,7 @@ std::vector<std::unique_ptr<exchange>> all_exchanges(std::size_t n, const option
   // Each gather-path codec also on the sharded path, as an all-reduce ("-sh"), with the same
   // configuration; int8 also as a reduce-scatter followed by an all-gather of the fp32 shards.
   const auto both = [&]<class C>(const char* name, const typename C::config& cfg) {
-    x.push_back(std::make_unique<gather<C>>(name, cfg, n, comm));
+    x.push_back(std::make_unique<mpi_example::gather<C>>(name, cfg, n, comm));
     x.push_back(std::make_unique<sharded_exchange<C>>(std::string(name) + "-sh", cfg, n, sharded::mode::all_reduce, comm));
   };
   both.operator()<int8>("int8", int8::config{});
