@@ -255,14 +255,10 @@ def train_tp(exchange, steps: int, *, chunks=None, batch=8, seq=32, optimizer="s
         opt.zero_grad(set_to_none=True)
         loss.backward()
         opt.step()
-        if local:
-            hook_state.step()
         losses.append(loss.item())
         times.append(time.perf_counter() - ts)
         if target_loss is not None and t_target is None and len(losses) >= 10 and sum(losses[-10:]) / 10 <= target_loss:
             t_target = time.perf_counter() - t0
-    if local:
-        hook_state.finish()
     seconds = time.perf_counter() - t0
     with torch.no_grad():
         ex, ey = task.batch(-7, 64, seq)
