@@ -19,7 +19,7 @@
 // (tagc_wire.hpp), for fp32 and bf16 reduce-scatter, the TAGC v1 and TAGC-2 presets and ours.
 //
 // `gradcomp_sketch_bench --peel_curve` prints instead the peeling success curve (fraction of
-// kept items peeled against sketch cells per kept item) that docs/tagc.md shows.
+// kept items peeled against sketch cells per kept item) that benchmarks/results/peel-curve.md holds.
 
 #include <benchmark/benchmark.h>
 

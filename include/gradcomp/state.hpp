@@ -45,10 +45,7 @@ inline result<std::size_t> save_checkpoint(const state& s, std::uint32_t codec_i
   const std::size_t bytes = checkpoint_bytes(s);
   if (out.size() < bytes) return status{errc::buffer_too_small, "checkpoint buffer smaller than checkpoint_bytes()"};
   std::byte* p = out.data();
-  store_le<std::uint32_t>(p, checkpoint::magic);
-  store_le<std::uint16_t>(p + 4, checkpoint::version);
-  store_le<std::uint16_t>(p + 6, 0);
-  store_le<std::uint32_t>(p + 8, codec_id);
+  store_checkpoint_head(p, checkpoint::magic, checkpoint::version, codec_id);
   store_le<std::uint32_t>(p + 12, 0);
   store_le<std::uint64_t>(p + 16, s.size);
   store_le<std::uint64_t>(p + 24, s.step);

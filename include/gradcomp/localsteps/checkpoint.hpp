@@ -29,13 +29,6 @@
 
 namespace gradcomp::localsteps {
 
-namespace checkpoint {
-inline constexpr std::uint32_t magic = ids::tag::localsteps_checkpoint;  // bytes "GCLS"
-inline constexpr std::uint16_t version = 1;
-inline constexpr std::size_t header_bytes = 40;
-inline constexpr std::size_t fragment_bytes = 40;  // a fragment's fixed fields
-}  // namespace checkpoint
-
 namespace detail {
 
 // --- Each path's state as bytes, and back (a fresh state of the same shape to restore into).
@@ -82,6 +75,13 @@ status load_path_record(const P&, std::span<const std::byte> in, summable::rank_
 }
 
 }  // namespace detail
+
+namespace checkpoint {
+inline constexpr std::uint32_t magic = ids::tag::localsteps_checkpoint;  // bytes "GCLS"
+inline constexpr std::uint16_t version = 1;
+inline constexpr std::size_t header_bytes = 40;
+inline constexpr std::size_t fragment_bytes = 40;  // a fragment's fixed fields
+}  // namespace checkpoint
 
 // The image of `st` (no exchange in flight: every fragment between syncs).
 template <class Path>
