@@ -14,8 +14,10 @@ template <class Config, class T>
 struct option {
   using config_type = Config;
   using value_type = T;
+  // An alias, since nvcc's generated host code parenthesises `T Config::*member`.
+  using member_pointer = T Config::*;
   const char* name;
-  T Config::*member;
+  member_pointer member;
 };
 template <class Config, class T>
 option(const char*, T Config::*) -> option<Config, T>;
