@@ -1,6 +1,7 @@
 """Turns benchmarks/e2e/run.py's results into a table in docs/python.md and a plot in docs/:
 2 ranks between the e2e-table markers and docs/e2e-bandwidth.png; W ranks (another W) between
-the e2e-table-W markers and docs/e2e-bandwidth-W.png.
+the e2e-table-W markers and docs/e2e-bandwidth-W.png; with --tag T, the e2e-table-T markers and
+docs/e2e-bandwidth-T.png.
 
 Target loss: the 10-step mean loss fp32 reaches at 1/4 of the curve; steps to target: the
 first step at which a method's 10-step mean is at or below it. Time to target: steps to target
@@ -138,6 +139,7 @@ def plot(rows, world, path):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("results", nargs="?", default=os.path.join(ROOT, "build", "e2e", "results.json"))
+    ap.add_argument("--tag", default=None, help="the table's marker suffix and the plot's (default: the world size, none at 2)")
     a = ap.parse_args()
     with open(a.results) as f:
         res = json.load(f)
@@ -147,7 +149,7 @@ def main():
     doc = os.path.join(ROOT, "docs", "python.md")
     with open(doc) as f:
         text = f.read()
-    tag = "" if res["world"] == 2 else f"-{res['world']}"
+    tag = f"-{a.tag}" if a.tag else "" if res["world"] == 2 else f"-{res['world']}"
     marks = (f"<!-- e2e-table{tag}:begin -->\n", f"<!-- e2e-table{tag}:end -->")
     if marks[0] not in text:
         raise SystemExit(f"docs/python.md has no {marks[0].strip()} ... {marks[1]} markers")

@@ -4,6 +4,9 @@
     sudo .venv/bin/python benchmarks/e2e/run.py --world 8 --out build/e2e/results-8.json \
         --curve-steps 200 --rates 100mbit,1gbit --repeats 1   # 8 ranks on the same cores
     .venv/bin/python benchmarks/e2e/report.py              # table -> docs/python.md, plot -> docs/
+    sudo .venv/bin/python benchmarks/e2e/run.py --world 8 --out build/e2e/results-8-localsteps.json \
+        --curve-steps 200 --rates unlimited,100mbit,1gbit --repeats 1 --set localsteps
+    .venv/bin/python benchmarks/e2e/report.py build/e2e/results-8-localsteps.json --tag 8-localsteps
 
 1. Loss curves: every method trains the benchmark model (rank.py) for --curve-steps steps on
    loopback; the run is deterministic, so the steps it needs to reach the target loss do not
@@ -41,10 +44,15 @@ METHODS = [  # (label, spec, options)
     ("FSDP2 fp32 reduce-scatter", "fsdp:fp32", {}),
     ("gradcomp TAGC (FSDP2 reduce-scatter)", "fsdp:tagc", {}),
     ("gradcomp int8 (FSDP2 reduce-scatter)", "fsdp:int8", {}),
-    # Local steps: no exchange per step; every 5 steps the pseudo-gradient, int4 + EF, sharded
-    ("gradcomp local steps int4+EF H=5", "localsteps:int4",
-     {"path": "sharded", "period": 5, "outer_lr": 1.0, "outer_momentum": 0.0, "error_feedback": True}),
+    # Local steps: no exchange per step; every H steps the pseudo-gradient, int4 + EF, sharded,
+    # outer Nesterov momentum 0.5 (the defaults measured best at H = 5 to 20: docs/localsteps.md)
+    ("gradcomp local steps int4+EF H=5", "localsteps:int4", {"path": "sharded", "period": 5, "error_feedback": True}),
+    ("gradcomp local steps int4+EF H=10", "localsteps:int4", {"path": "sharded", "period": 10, "error_feedback": True}),
 ]
+# Named subsets (--set): local steps against fp32, the 16-bit hook, PowerSGD and the best
+# per-step codec.
+SETS = {"localsteps": ["fp32 (DDP all-reduce)", "torch bf16 hook", "torch PowerSGD r4", "gradcomp int4+EF sharded",
+                       "gradcomp local steps int4+EF H=5", "gradcomp local steps int4+EF H=10"]}
 RATES = {"unlimited": (None, None), "100mbit": (100e6, "64kb"), "1gbit": (1e9, "256kb"), "10gbit": (10e9, "2mb")}
 NS = "gc-e2e"
 
@@ -117,11 +125,13 @@ def main():
     ap.add_argument("--reuse-curves", default=None, help="take step 1 from an earlier results.json")
     ap.add_argument("--rates", default=",".join(RATES))
     ap.add_argument("--only", default=None, help="comma-separated labels of METHODS")
+    ap.add_argument("--set", choices=sorted(SETS), default=None, help="a named subset of METHODS")
     ap.add_argument("--out", default=os.path.join(HERE, "..", "..", "build", "e2e", "results.json"))
     a = ap.parse_args()
     os.makedirs(os.path.dirname(os.path.abspath(a.out)), exist_ok=True)
     tmp = os.path.join(os.path.dirname(os.path.abspath(a.out)), "rank0.json")
-    methods = [m for m in METHODS if not a.only or m[0] in a.only.split(",")]
+    chosen = SETS[a.set] if a.set else a.only.split(",") if a.only else None
+    methods = [m for m in METHODS if chosen is None or m[0] in chosen]
     res = {"world": a.world, "host": os.uname().nodename, "cpus": os.cpu_count(), "methods": {}, "rates": {}}
     port = 29611
     if a.reuse_curves:

@@ -7,6 +7,7 @@
 #include "cuda/common.cuh"
 #include "cuda/compressor.cuh"
 #include "cuda/crc32c.cuh"
+#include "cuda/localsteps.cuh"
 #include "cuda/sharded.cuh"
 #include "cuda/tagc.cuh"
 #include "cuda/topk_select.cuh"

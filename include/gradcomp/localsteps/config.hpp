@@ -66,4 +66,30 @@ constexpr bool applies_at(const config& c, std::size_t f, std::uint64_t step) {
   return step >= c.overlap && sends_at(c, f, step - c.overlap);
 }
 
+// Where one fragment's sync stands, kept on the host by every executor, which call in this
+// order: encode(f, 0), receive(f, 0), encode(f, 1), ..., receive(f, last), apply(f).
+struct sync_order {
+  std::size_t phases_done = 0;  // of the exchange in flight (0: none)
+  bool pending = false;         // the mean arrived and waits for apply()
+  std::uint64_t syncs = 0;      // applies done
+
+  // Phase 0 reads the parameters, later phases do not.
+  status check_encode(std::size_t k, bool reads_params) const {
+    return k == phases_done && !(k == 0 && pending) && (k == 0 || !reads_params) ? status{} : order_error();
+  }
+  status check_receive(std::size_t k) const { return !pending && k == phases_done ? status{} : order_error(); }
+  void received(std::size_t k, bool last) {
+    phases_done = last ? 0 : k + 1;
+    pending = last;
+  }
+  status check_apply() const { return pending ? status{} : order_error(); }
+  void applied() {
+    pending = false;
+    ++syncs;
+  }
+  static status order_error() {
+    return {errc::invalid_argument, "local steps: phases out of order: encode(f, 0), receive(f, 0), ..., apply(f)"};
+  }
+};
+
 }  // namespace gradcomp::localsteps

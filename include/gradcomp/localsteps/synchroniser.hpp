@@ -52,15 +52,12 @@ struct exchange {
 };
 
 template <class PathState>
-struct fragment_state {
+struct fragment_state : sync_order {
   chunk_range range{0, 0};
   std::vector<float> anchor;    // the fragment's parameters after its last sync
   std::vector<float> momentum;  // the outer momentum (empty when momentum = 0)
   std::vector<float> values;    // the pseudo-gradient being sent, then the received mean
   PathState path;               // the path's state: the codec's error feedback
-  std::size_t phases_done = 0;  // of the exchange in flight (0: none)
-  bool pending = false;         // the mean arrived and waits for apply()
-  std::uint64_t syncs = 0;      // applies done
 };
 
 template <class PathState>
@@ -174,7 +171,7 @@ class synchroniser {
     const result<exchange> x = describe(f, k, st);
     if (!x) return x.error();
     fragment_state<path_state>& fs = st.fragments[f];
-    if (k != fs.phases_done || (k == 0 && fs.pending) || (k > 0 && !params.empty())) return order_error();
+    if (status s = fs.check_encode(k, !params.empty()); !s) return s;
     if (out.size() != x->send_bytes) return {errc::size_mismatch, "local steps: send buffer differs from describe().send_bytes"};
     std::span<const float> sent;
     if (k == 0) {
@@ -196,7 +193,7 @@ class synchroniser {
     const result<exchange> x = describe(f, k, st);
     if (!x) return x.error();
     fragment_state<path_state>& fs = st.fragments[f];
-    if (fs.pending || k != fs.phases_done) return order_error();
+    if (status s = fs.check_receive(k); !s) return s;
     const bool last = k + 1 == phase_count();
     if constexpr (detail::summable_path<Path>) {
       // (a summable codec's receive writes only after its checks)
@@ -205,8 +202,7 @@ class synchroniser {
     } else {
       if (status s = path_.template receive<float>(k, fs.path, in, last ? std::span<float>(fs.values) : std::span<float>{}); !s) return s;
     }
-    fs.phases_done = last ? 0 : k + 1;
-    fs.pending = last;
+    fs.received(k, last);
     return {};
   }
 
@@ -215,7 +211,7 @@ class synchroniser {
   status apply(std::size_t f, state_type& st, std::span<float> params) const {
     if (status s = check(f, st); !s) return s;
     fragment_state<path_state>& fs = st.fragments[f];
-    if (!fs.pending) return order_error();
+    if (status s = fs.check_apply(); !s) return s;
     if (params.size() != st.size) return {errc::size_mismatch, "local steps: parameters differ from the state's size"};
     if (!fs.momentum.empty() != (cfg_.momentum > 0.0f))
       return {errc::invalid_argument, "local steps: momentum switched on or off after make_state"};
@@ -225,8 +221,7 @@ class synchroniser {
       float& p = params[fs.range.offset + j];
       p = mixed(cfg_.mix, p, fs.anchor[j]);
     }
-    fs.pending = false;
-    ++fs.syncs;
+    fs.applied();
     return {};
   }
 
@@ -240,10 +235,6 @@ class synchroniser {
       return {errc::size_mismatch, "local steps: state not sized by this synchroniser's make_state"};
     return {};
   }
-  static status order_error() {
-    return {errc::invalid_argument, "local steps: phases out of order: encode(f, 0), receive(f, 0), ..., apply(f)"};
-  }
-
   config cfg_;
   Path path_;
 };
