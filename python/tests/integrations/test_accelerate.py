@@ -1,0 +1,87 @@
+"""Hugging Face Accelerate at 2 CPU ranks (gloo, Accelerator(cpu=True) under torchrun's
+environment): gradcomp's hook registered on the prepared DDP model trains close to plain DDP;
+an unprepared model raises, an FSDP plugin ignored on CPU and a single process warn."""
+
+import warnings
+
+import pytest
+
+accelerate = pytest.importorskip("accelerate")
+
+import torch  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
+
+from gradcomp import models  # noqa: E402
+from gradcomp.integrations import accelerate as gc_accelerate  # noqa: E402
+
+import dist_util  # noqa: E402
+import trainer_util  # noqa: E402
+
+STEPS = 20
+
+
+def _fit(accelerator, rank, world, codec):
+    torch.manual_seed(0)
+    net = models.TinyTransformer()
+    model, opt = accelerator.prepare(net, torch.optim.SGD(net.parameters(), lr=0.1, momentum=0.9))
+    state = gc_accelerate.register(accelerator, model, codec) if codec else None
+    for step, (x, y) in enumerate(trainer_util.batches(STEPS * world)):
+        if step % world != rank:  # rank r trains on batches r, r + W, ...
+            continue
+        loss = F.cross_entropy(model(x).flatten(0, 1), y.flatten())
+        opt.zero_grad()
+        accelerator.backward(loss)
+        opt.step()
+    params = torch.cat([p.detach().flatten() for p in model.parameters()])
+    return {"loss": trainer_util.held_out_loss(net), "same": dist_util.all_same(params), "numel": params.numel(),
+            "hook": trainer_util.hook_name(model), "state": None if state is None else
+            {"bytes": state.bytes_sent, "calls": state.calls}}
+
+
+def _train(rank, world):
+    accelerator = accelerate.Accelerator(cpu=True)
+    out = {"type": str(accelerator.distributed_type)}
+    for codec in (None, "int8"):
+        out[codec or "fp32"] = _fit(accelerator, rank, world, codec)
+    try:  # forgot accelerator.prepare
+        gc_accelerate.register(accelerator, models.TinyTransformer(), "int8")
+    except RuntimeError as e:
+        out["unprepared"] = str(e)
+
+    # An FSDP plugin on CPU: Accelerate wraps in DDP anyway; register warns and registers.
+    accelerate.state.AcceleratorState._reset_state()
+    accelerator = accelerate.Accelerator(cpu=True, fsdp_plugin=accelerate.FullyShardedDataParallelPlugin(fsdp_version=2))
+    net = models.TinyTransformer()
+    model = accelerator.prepare(net)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        state = gc_accelerate.register(accelerator, model, "int8")
+    out["fsdp"] = {"type": type(model).__name__, "warned": [str(w.message) for w in caught], "state": type(state).__name__}
+    return out
+
+
+def test_accelerate_register():
+    res = trainer_util.run(2, _train)
+    assert res["type"] == "DistributedType.MULTI_CPU", res["type"]
+    fp32, int8 = res["fp32"], res["int8"]
+    assert fp32["hook"] == "" and int8["hook"] == "compress_hook", (fp32["hook"], int8["hook"])
+    assert int8["state"]["calls"] > 0
+    # int8 puts about a quarter of fp32's bytes into the gather slot (plus raw small parameters).
+    assert 0 < int8["state"]["bytes"] < 0.5 * 4 * int8["numel"] * STEPS, int8["state"]
+    assert fp32["same"] and int8["same"]
+    assert abs(int8["loss"] - fp32["loss"]) < 0.01, (int8["loss"], fp32["loss"])
+    assert "TinyTransformer, not a DistributedDataParallel" in res["unprepared"], res["unprepared"]
+    fsdp = res["fsdp"]
+    assert fsdp["type"] == "DistributedDataParallel" and fsdp["state"] == "HookState", fsdp
+    assert any("ignores the FSDP plugin" in w for w in fsdp["warned"]), fsdp["warned"]
+
+
+def test_accelerate_single_process_warns():
+    accelerate.state.AcceleratorState._reset_state(True)
+    try:
+        accelerator = accelerate.Accelerator(cpu=True)
+        model = accelerator.prepare(models.TinyTransformer())
+        with pytest.warns(UserWarning, match="single process"):
+            assert gc_accelerate.register(accelerator, model, "int8") is None
+    finally:
+        accelerate.state.AcceleratorState._reset_state(True)
