@@ -19,7 +19,8 @@ not derive from torch's private ``ReduceScatter`` base class.
 FSDP2 hands each module's gradients to the reduce-scatter as one flat buffer of W x shard
 elements (rank r's shard at [r shard, (r + 1) shard)), which is the shard layout of the
 library's sharded path and of TAGC (summable::shard_of). Per call, x = buffer / W (for FSDP's
-AVG; SUM as it is), in float32 (a bfloat16 buffer is widened first), then:
+AVG; SUM as it is; PREMUL_SUM, which FSDP passes after ``set_gradient_divide_factor``, times its
+factor; any other reduction raises ValueError), in float32 (a bfloat16 buffer is widened first), then:
 
 * any codec of :func:`gradcomp.codecs` (:class:`ShardedCodec`: :class:`gradcomp.Sharded` in
   reduce-scatter mode): each rank compresses shard j of x into a slot for rank j; one
@@ -68,12 +69,22 @@ _FORMAT = 1
 
 
 def _scale(op: dist.ReduceOp, world: int) -> float:
-    """FSDP's reduction as the factor applied before encoding: AVG 1 / W, SUM 1."""
+    """FSDP's reduction as the factor applied before encoding: AVG 1 / W, SUM 1, PREMUL_SUM its
+    factor (FSDP passes ``PREMUL_SUM(1 / factor)`` after ``set_gradient_divide_factor(factor)``,
+    which torchtitan calls with 1.0)."""
     if op == dist.ReduceOp.AVG:
         return 1.0 / world
     if op == dist.ReduceOp.SUM:
         return 1.0
-    raise ValueError(f"gradcomp.fsdp: reduce-scatter with {op} (AVG or SUM expected)")
+    if op == dist.ReduceOp.PREMUL_SUM and isinstance(op, dist.ReduceOp):
+        factor = op.factor  # a float, or a one-element tensor
+        return float(factor.item() if isinstance(factor, torch.Tensor) else factor)
+    raise ValueError(f"gradcomp.fsdp: reduce-scatter with {_op_name(op)}: only AVG, SUM and PREMUL_SUM (FSDP's "
+                     f"gradient divide factor) can be applied before encoding")
+
+
+def _op_name(op) -> str:
+    return str(getattr(op, "op", op))
 
 
 class _ModuleStates(GroupMember):
@@ -158,7 +169,8 @@ class _ReduceScatter:
                 float32 copy), overwritten.
             input_tensor (torch.Tensor): the module's flat gradient buffer (W shards).
             group (ProcessGroup): the reduce-scatter's group.
-            op (torch.distributed.ReduceOp): ``AVG`` or ``SUM``.
+            op (torch.distributed.ReduceOp): ``AVG``, ``SUM`` or ``PREMUL_SUM`` (FSDP's gradient
+                divide factor).
             async_op (bool): must be False.
 
         Returns:
@@ -166,7 +178,7 @@ class _ReduceScatter:
 
         Raises:
             NotImplementedError: ``async_op=True``.
-            ValueError: another reduction than AVG or SUM.
+            ValueError: another reduction than AVG, SUM or PREMUL_SUM.
             gradcomp.Error: a received slot or reduced buffer failed the library's checks.
         """
         if async_op:
