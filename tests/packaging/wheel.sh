@@ -17,7 +17,7 @@
 #      sys.path): all of python/tests but the multi-rank training runs, minutes each, which the
 #      README's pytest stage runs (test_ddp.py: DDP on 2 and 4 gloo ranks; test_tp.py: tensor
 #      parallelism; test_restart.py: killed and restarted runs; test_localsteps.py: local steps
-#      on 2 to 4 ranks), or all of it with
+#      on 2 to 4 ranks; integrations/: the trainers, the README's trainer stage), or all of it with
 #      GRADCOMP_WHEEL_TESTS=all;
 #   5. the unpacked sdist's CMake project is configured once more with
 #      -DGRADCOMP_PYTHON_USE_INSTALLED=ON against a `cmake --install` of this checkout, and
@@ -135,7 +135,7 @@ esac
 echo "== wheel: the package's tests"
 tests=("${repo}/python/tests")
 if [[ "${GRADCOMP_WHEEL_TESTS:-quick}" != all ]]; then
-  for t in test_ddp.py test_tp.py test_restart.py test_localsteps.py; do tests+=(--ignore="${repo}/python/tests/${t}"); done
+  for t in test_ddp.py test_tp.py test_restart.py test_localsteps.py integrations; do tests+=(--ignore="${repo}/python/tests/${t}"); done
 fi
 (set -x; "${fresh}" -m pytest -q -p no:cacheprovider "${tests[@]}")
 

@@ -1,9 +1,13 @@
-"""gradcomp's DDP hooks inside training frameworks (docs/trainers.md).
+"""gradcomp inside training frameworks (docs/trainers.md).
 
 * :mod:`gradcomp.integrations.lightning`: PyTorch Lightning, :class:`GradcompDDPStrategy` and
   :func:`check_strategy`.
 * :mod:`gradcomp.integrations.accelerate`: Hugging Face Accelerate (:func:`register`) and the
   Transformers ``Trainer`` (:func:`attach`, ``GradcompCallback``).
+* :mod:`gradcomp.integrations.torchtitan`: torchtitan's FSDP2 parallelize function
+  (:func:`wrap_parallelize`, :func:`with_gradcomp`).
+* :mod:`gradcomp.integrations.torchft`: torchft's DiLoCo pseudo-gradients through a codec
+  (:class:`CompressedProcessGroup`).
 
 Each module imports its framework; this package imports nothing.
 """
