@@ -99,6 +99,9 @@ class _CompressedAdam(torch.optim.Optimizer):
         for group in self.param_groups:
             _check(group["lr"], group["betas"], group["eps"], group["weight_decay"], codec, path)
             for p in group["params"]:
+                if type(p).__name__ == "DTensor" or type(p.data).__name__ == "DTensor":
+                    raise ValueError("gradcomp.optim: a sharded (FSDP2 / DTensor) parameter: the optimizer needs every "
+                                     "rank to hold the whole parameter (docs/optimizers.md)")
                 if p.dtype != torch.float32 or p.device.type != "cpu":
                     raise ValueError(f"gradcomp.optim: parameters must be float32 CPU tensors (a {p.dtype} tensor on {p.device})")
         if not any(group["params"] for group in self.param_groups):
