@@ -14,7 +14,10 @@ A method is a dict: label, optimizer ("adamw" or "sgd"), spec and options, and s
 sets it). Per-step methods wrap the model in DDP; spec is gradcomp.testing.register's
 ("fp32", "torch:powersgd", "tagc" or a codec name) and options the hook state's. spec
 "localsteps" trains a full replica per rank without DDP and calls
-gradcomp.localsteps.LocalSteps(net, **options) after every inner step.
+gradcomp.localsteps.LocalSteps(net, **options) after every inner step. Specs "onebit" and
+"zeroone" train a full replica per rank without DDP with gradcomp.optim.OneBitAdam or
+ZeroOneAdam (AdamW's learning rate and decoupled weight decay) in place of AdamW: options
+"warmup" (1-bit) and "freeze" (0-1) are fractions of the steps, the rest the optimizer's.
 """
 
 import argparse
@@ -31,6 +34,7 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 
 from gradcomp import testing
 from gradcomp.localsteps import LocalSteps
+from gradcomp.optim import OneBitAdam, ZeroOneAdam
 
 FORTUNES = "/usr/share/games/fortunes"
 PACKAGE = "fortunes"
@@ -40,6 +44,8 @@ BATCH = 8  # sequences per rank and step
 LR = {"adamw": 3e-3, "sgd": 0.3}
 MOMENTUM = 0.9
 CLIP = 1.0
+WEIGHT_DECAY = 0.01
+ADAMS = {"onebit": OneBitAdam, "zeroone": ZeroOneAdam}  # specs whose optimizer does the exchange
 
 
 def corpus():
@@ -117,6 +123,8 @@ def exchange(net, method, steps):
     spec, opts = method["spec"], dict(method.get("options", {}))
     if spec == "localsteps":
         return net, LocalSteps(net, **opts), None, opts
+    if spec in ADAMS:
+        return net, None, None, opts
     model = DDP(net, bucket_cap_mb=1024)  # one bucket: PowerSGD's callbacks need it (testing.train)
     psgd_start = opts.setdefault("start_iter", max(2, steps // 10)) if spec == "torch:powersgd" else None
     return model, testing.register(model, spec, **opts), psgd_start, opts
@@ -134,6 +142,9 @@ def wire(method, net, state, opts, steps, psgd_start, world):
     elif spec == "localsteps":
         comp, compressed_steps = state.wire_bytes / steps, steps
         out["syncs"] = state.syncs
+    elif spec in ADAMS:  # state: the optimizer
+        comp, compressed_steps = state.wire_bytes / steps, steps
+        out.update(exchanges=state.exchanges, var_updates=state.var_updates)
     elif spec == "torch:powersgd":
         comp, pc, pr = powersgd_bytes(net, opts.get("rank", 4), world)
         out.update(powersgd_start_iter=psgd_start, powersgd_compressed_elements=pc, powersgd_raw_elements=pr)
@@ -163,10 +174,18 @@ def run(method, text, held, steps, evals):
     sync = state if method["spec"] == "localsteps" else None
     name = method["optimizer"]
     base = method.get("lr", LR[name])
-    if name == "sgd":
+    if method["spec"] in ADAMS:
+        o = dict(opts)
+        if "warmup" in o:
+            o["warmup_steps"] = max(1, round(o.pop("warmup") * steps))
+        if "freeze" in o:
+            o["var_freeze_step"] = max(1, round(o.pop("freeze") * steps))
+        opt = state = ADAMS[method["spec"]](net.parameters(), lr=base, weight_decay=WEIGHT_DECAY,
+                                            decoupled_weight_decay=True, **o)
+    elif name == "sgd":
         opt = torch.optim.SGD(model.parameters(), lr=base, momentum=MOMENTUM)
     else:
-        opt = torch.optim.AdamW(model.parameters(), lr=base, weight_decay=0.01)
+        opt = torch.optim.AdamW(model.parameters(), lr=base, weight_decay=WEIGHT_DECAY)
     losses, curve = [], []
     dist.barrier()
     t0 = time.perf_counter()
@@ -188,6 +207,8 @@ def run(method, text, held, steps, evals):
             curve.append([step + 1, held_out_loss(net, held, MODEL["seq"])])
     if sync is not None:
         sync.finish()
+    if method["spec"] in ADAMS:
+        opt.synchronize()  # 0-1 Adam's local window, if one is open
     seconds = time.perf_counter() - t0
     ev = held_out_loss(net, held, MODEL["seq"]) if math.isfinite(losses[-1]) else float("nan")
     flat = torch.cat([p.detach().flatten() for p in net.parameters()])

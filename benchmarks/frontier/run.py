@@ -1,9 +1,9 @@
 """Loss against bytes: held-out loss of a small GPT on English text against the bytes each rank
-sends per step averaged over the whole run, for per-step gradient exchanges (DDP hooks) and
-local steps (gradcomp.localsteps.LocalSteps), at 4 ranks (gloo on CPU, one process and one
+sends per step averaged over the whole run, for per-step gradient exchanges (DDP hooks), local
+steps (gradcomp.localsteps.LocalSteps) and 1-bit / 0-1 Adam (gradcomp.optim), at 4 ranks (gloo on CPU, one process and one
 thread per rank). docs/frontier.md describes the methods, the corpus and the goals.
 
-    ~/.cache/gradcomp-ci/venv/bin/python benchmarks/frontier/run.py --steps 1000   # about 55 minutes on 2 idle cores (33 runs)
+    ~/.cache/gradcomp-ci/venv/bin/python benchmarks/frontier/run.py --steps 1000   # about 60 minutes on 2 idle cores (37 runs)
     ~/.cache/gradcomp-ci/venv/bin/python benchmarks/frontier/report.py            # table -> docs/frontier.md, plot -> docs/frontier.png
 
 The corpus is Debian's fortunes package (apt-get install -y --no-install-recommends fortunes).
@@ -20,7 +20,7 @@ over).
 Run time: a run of 1,000 steps takes 155 to 175 CPU seconds over its 4 ranks (--time-one: fp32
 156, local fp32 H=10 174, local int8 H=10 157; on 2 cores at load 15, where the wall time was
 350 to 415 s), so about 80 to 90 s on 2 idle cores plus start-up and the held-out evaluations
-rank 0 does alone; the 33 runs of the list take about 55 minutes.
+rank 0 does alone; the 37 runs of the list take about 60 minutes.
 
 rank.py has the corpus, the model and the training loop.
 """
@@ -91,6 +91,14 @@ def methods():
     add("int8 sharded", "int8", {"path": "sharded"})
     add("sign+EF sharded", "sign", {"path": "sharded"})
     add("top-k 1%+EF sharded", "topk", {"density": 0.01, "path": "sharded"})
+    # 1-bit Adam and 0-1 Adam (gradcomp.optim; no DDP: a full replica per rank, the optimizer
+    # exchanges): fp32 Adam steps while the variance is live, then the momentum through sign + EF
+    # on the sharded path; warm-up and freeze as fractions of the steps
+    for warmup in (0.15, 0.25):
+        add(f"1-bit Adam sign+EF warm-up {round(warmup * 100)}%", "onebit", {"codec": "sign", "path": "sharded", "warmup": warmup})
+    add("0-1 Adam sign+EF", "zeroone", {"codec": "sign", "path": "sharded", "freeze": 0.25, "var_update_scaler": 16})
+    add("0-1 Adam sign+EF sync every 4", "zeroone", {"codec": "sign", "path": "sharded", "freeze": 0.25,
+                                                     "var_update_scaler": 16, "sync_every": 4})
     return out
 
 

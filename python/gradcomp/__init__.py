@@ -24,6 +24,9 @@ Submodules (imported on first use; they import ``torch.distributed``):
   with :class:`gradcomp.ddp.TagcHookState` (TAGC-2);
 * :mod:`gradcomp.localsteps`: local steps (DiLoCo, Streaming DiLoCo, SparseLoCo): every rank a
   replica, pseudo-gradients through any codec every H steps, :class:`gradcomp.localsteps.LocalSteps`;
+* :mod:`gradcomp.optim`: 1-bit Adam and 0-1 Adam, optimizers whose momentum is averaged through
+  any codec (every rank a replica, no DDP), :class:`gradcomp.optim.OneBitAdam`,
+  :class:`gradcomp.optim.ZeroOneAdam`;
 * :mod:`gradcomp.fsdp`: any codec (sharded reduce-scatter) or TAGC-2 as FSDP2's reduce-scatter,
   :func:`gradcomp.fsdp.attach`;
 * :mod:`gradcomp.tagc`: what the two TAGC paths share;
@@ -44,9 +47,9 @@ __version__ = "0.1.0"  # the library's version (tests/packaging/versions.cmake h
 from ._core import Compressor, Error, PhaseCodec, PhaseState, Sharded, ShardedState, State, SummableCast, Tagc, best_chunking, build_info, codecs, crc32c, pipeline_seconds, plan_layer
 
 __all__ = ["Compressor", "Error", "PhaseCodec", "PhaseState", "Sharded", "ShardedState", "State", "SummableCast", "Tagc",
-           "best_chunking", "build_info", "codecs", "crc32c", "pipeline_seconds", "plan_layer", "ddp", "fsdp", "localsteps", "models", "restart", "tagc", "testing", "tp"]
+           "best_chunking", "build_info", "codecs", "crc32c", "pipeline_seconds", "plan_layer", "ddp", "fsdp", "localsteps", "models", "optim", "restart", "tagc", "testing", "tp"]
 
-_SUBMODULES = ("ddp", "fsdp", "localsteps", "models", "restart", "tagc", "testing", "tp")
+_SUBMODULES = ("ddp", "fsdp", "localsteps", "models", "optim", "restart", "tagc", "testing", "tp")
 
 
 def __getattr__(name: str):  # the submodules import torch.distributed: load them on first use

@@ -28,7 +28,7 @@ from gradcomp import restart, testing
 
 MODEL = {"d": 32, "heads": 2, "layers": 1}
 SEQ, BATCH = 16, 4
-VARIANTS = ("topk", "tagc", "fsdp-tagc", "sharded", "localsteps")
+VARIANTS = ("topk", "tagc", "fsdp-tagc", "sharded", "localsteps", "onebit")
 
 
 def build(variant: str):
@@ -56,6 +56,11 @@ def build(variant: str):
         opt = torch.optim.SGD(net.parameters(), lr=0.1, momentum=0.9)
         sync = LocalSteps(net, "int4", path="sharded", period=4, fragments=2, overlap=1, error_feedback=True)
         return net, net, opt, {"model": net, "optimizer": opt, "sync": sync}
+    if variant == "onebit":  # no DDP: every rank a replica, the optimizer exchanges (fp32 warm-up, then sign + EF)
+        from gradcomp.optim import OneBitAdam
+
+        opt = OneBitAdam(net.parameters(), lr=0.01, warmup_steps=8)
+        return net, net, opt, {"model": net, "optimizer": opt}
     model = DDP(net)
     if variant == "tagc":
         hook = ddp.TagcHookState(model)

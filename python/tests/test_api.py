@@ -11,9 +11,9 @@ import pytest
 import torch
 
 import gradcomp
-from gradcomp import ddp, fsdp, localsteps, models, restart, tagc, testing
+from gradcomp import ddp, fsdp, localsteps, models, optim, restart, tagc, testing
 
-MODULES = [gradcomp, ddp, fsdp, localsteps, models, restart, tagc, testing]
+MODULES = [gradcomp, ddp, fsdp, localsteps, models, optim, restart, tagc, testing]
 
 
 def _public(module):

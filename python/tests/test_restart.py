@@ -1,5 +1,5 @@
 """gradcomp.restart: a rank SIGKILLed under torchrun --max-restarts and the run resumed bit for
-bit (top-k + EF, TAGC by DDP hook, TAGC by FSDP2, the sharded path, local steps); a kill while a checkpoint
+bit (top-k + EF, TAGC by DDP hook, TAGC by FSDP2, the sharded path, local steps, 1-bit Adam); a kill while a checkpoint
 is written; truncated and corrupted checkpoints refused and skipped; the ranks agreeing on a
 step; a restart at 3 ranks from 4; the usage example of docs/reliability.md."""
 
@@ -25,11 +25,12 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 WORKER = os.path.join(HERE, "restart_worker.py")
 DOC = os.path.join(HERE, "..", "..", "docs", "reliability.md")
 STEPS, EVERY = 30, 5
-VARIANTS = ("topk", "tagc", "fsdp-tagc", "sharded", "localsteps")
+VARIANTS = ("topk", "tagc", "fsdp-tagc", "sharded", "localsteps", "onebit")
 # Where each variant's doomed rank dies: in the forward pass (the other rank then waits in the
 # backward pass's collective), after the backward pass, or with its checkpoint file written and
 # fsynced but not yet renamed (the other rank's file of that step is complete).
-KILL_AT = {"topk": "forward", "tagc": "backward", "fsdp-tagc": "forward", "sharded": "save-written", "localsteps": "backward"}
+KILL_AT = {"topk": "forward", "tagc": "backward", "fsdp-tagc": "forward", "sharded": "save-written", "localsteps": "backward",
+           "onebit": "backward"}
 
 
 def _kills():

@@ -1,0 +1,537 @@
+"""1-bit Adam and 0-1 Adam: Adam whose momentum is averaged through a gradcomp codec.
+
+Every rank holds a full replica of the model (no DDP: the optimizer does the exchanges itself;
+``OneBitAdam(ddp_model)`` raises ``ValueError``). Both optimizers are one algorithm with two
+variance schedules:
+
+* **full steps**, while the variance is live: the gradients are all-reduced in fp32 (their mean:
+  the sum divided by W) and the step is ``torch.optim.Adam``'s, bit for bit;
+* **compressed steps**: each rank updates its momentum with its LOCAL gradient,
+  ``m_r = beta1 m + (1 - beta1) g_r``; ``m_r / W`` goes through the codec's all-reduce (the
+  sharded path: error feedback on the sender and on the shard's owner), the mean replaces m on
+  every rank and ``p -= lr * (m / bc1) / denom``, with ``denom = sqrt(v / bc2) + eps`` as at
+  the last variance update.
+
+:class:`OneBitAdam` (Tang et al. 2021): ``warmup_steps`` full steps, then the variance is frozen
+and every step is compressed. :class:`ZeroOneAdam` (after Lu et al. 2022, simplified): full steps
+at the variance-update steps (every step at first, the interval doubling after every
+``var_update_scaler`` updates) up to ``var_freeze_step``, compressed steps between them; after
+``var_freeze_step`` optionally ``sync_every`` local steps between two exchanges, each rank
+stepping with its own momentum meanwhile.
+
+    >>> opt = gradcomp.optim.OneBitAdam(net.parameters(), lr=1e-3, warmup_steps=200)   # sign + EF, sharded
+    >>> for step in range(steps):
+    ...     loss(net, batch(step, rank)).backward()
+    ...     opt.step(); opt.zero_grad()
+
+Bias corrections are Adam's, ``bc1 = 1 - beta1^t`` and ``bc2 = 1 - beta2^k`` (k: the variance
+updates so far), and stop changing at the freeze. docs/optimizers.md in the repository has the
+options, the bytes and what is tested.
+
+Errors: a bad option raises ``ValueError`` naming it; a corrupted or foreign payload raises
+:class:`gradcomp.Error` on every rank (a one-word all-reduce after each decode tells every rank)
+before the parameters or the moments change.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import List, Optional
+
+import torch
+import torch.distributed as dist
+
+from ._core import Compressor, Error, Sharded, codecs
+from ._checkpoint import gather_blobs
+
+__all__ = ["OneBitAdam", "ZeroOneAdam"]
+
+_PATHS = ("sharded", "gather")
+_FORMAT = 1
+
+
+def _align8(n: int) -> int:
+    return (n + 7) & ~7
+
+
+class _Flat:
+    """One parameter group as flat vectors: Adam's moments, the frozen denominator, the local
+    window's state, the codec state and its buffers."""
+
+    def __init__(self, params: List[torch.Tensor], local_steps: bool):
+        self.params = params
+        self.sizes = [p.numel() for p in params]
+        self.n = sum(self.sizes)
+        self.m, self.v, self.denom = torch.zeros(self.n), torch.zeros(self.n), torch.zeros(self.n)
+        self.mean = torch.zeros(self.n)                            # the received mean
+        self.acc = torch.zeros(self.n)                             # the window's lr-weighted mean momentum
+        self.lrsum, self.decay = 0.0, 1.0                          # the window's sum of lr, decoupled decay
+        self.anchor = self.read() if local_steps else None        # the parameters at the last exchange
+
+    def views(self, flat: torch.Tensor):
+        return [t.view_as(p) for t, p in zip(flat.split(self.sizes), self.params)]
+
+    def read(self) -> torch.Tensor:
+        return torch.cat([p.detach().reshape(-1) for p in self.params])
+
+    def grads(self) -> torch.Tensor:
+        # A missing gradient counts as zero: every rank must send the same number of elements.
+        return torch.cat([torch.zeros(p.numel()) if p.grad is None else p.grad.detach().reshape(-1) for p in self.params])
+
+
+class _CompressedAdam(torch.optim.Optimizer):
+    """What :class:`OneBitAdam` and :class:`ZeroOneAdam` share (their docstrings have the
+    arguments)."""
+
+    _variant = ""
+
+    def __init__(self, params, lr, betas, eps, weight_decay, decoupled_weight_decay, codec, path, process_group,
+                 freeze_step, sync_every, codec_options):
+        if isinstance(params, torch.nn.parallel.DistributedDataParallel):
+            raise ValueError(f"gradcomp.optim: params is a DDP model; {self._variant} all-reduces the gradients "
+                             "itself: pass the unwrapped model's parameters (every rank a full replica)")
+        if isinstance(params, torch.nn.Module):
+            params = params.parameters()
+        _check(lr, betas, eps, weight_decay, codec, path)
+        defaults = dict(lr=lr, betas=tuple(betas), eps=eps, weight_decay=weight_decay,
+                        decoupled_weight_decay=bool(decoupled_weight_decay))
+        super().__init__(params, defaults)
+        for group in self.param_groups:
+            _check(group["lr"], group["betas"], group["eps"], group["weight_decay"], codec, path)
+            for p in group["params"]:
+                if type(p).__name__ == "DTensor" or type(p.data).__name__ == "DTensor":
+                    raise ValueError("gradcomp.optim: a sharded (FSDP2 / DTensor) parameter: the optimizer needs every "
+                                     "rank to hold the whole parameter (docs/optimizers.md)")
+                if p.dtype != torch.float32 or p.device.type != "cpu":
+                    raise ValueError(f"gradcomp.optim: parameters must be float32 CPU tensors (a {p.dtype} tensor on {p.device})")
+        if not any(group["params"] for group in self.param_groups):
+            raise ValueError("gradcomp.optim: no parameters")
+        self.codec, self.path, self.codec_options = codec, path, dict(codec_options)
+        self.process_group = process_group
+        self.freeze_step, self.sync_every = freeze_step, sync_every
+        distributed = dist.is_available() and dist.is_initialized()
+        self._world = dist.get_world_size(process_group) if distributed else 1
+        self._rank = dist.get_rank(process_group) if distributed else 0
+        try:
+            self._codec = Sharded(codec, "all_reduce", **codec_options) if path == "sharded" else Compressor(codec, **codec_options)
+        except Error as e:  # an unknown option or a value out of its domain
+            raise ValueError(f"gradcomp.optim: codec {codec!r} with {codec_options}: {e}") from None
+        if distributed and self._world > 1:  # every replica starts from rank 0's parameters
+            src = dist.get_global_rank(process_group, 0) if process_group is not None else 0
+            with torch.no_grad():
+                for group in self.param_groups:
+                    for p in group["params"]:
+                        dist.broadcast(p.data, src, group=process_group)
+        self._flats = [self._flat(group) for group in self.param_groups]
+        self.steps = 0          # optimizer steps taken
+        self.var_updates = 0    # full steps (variance updates)
+        self.frozen = False     # the variance frozen for good
+        self.bytes_sent = 0     # bytes this rank handed to the collectives
+        self.wire_bytes = 0     # bytes this rank puts on the wire (ring model: all-reduce 2 (W - 1) / W)
+        self.exchanges = 0      # compressed exchanges (per parameter group)
+
+    def _flat(self, group) -> _Flat:
+        fl = _Flat(list(group["params"]), self.sync_every > 1)
+        w, r, c = self._world, self._rank, self._codec
+        if self.path == "sharded":
+            fl.state = c.make_state(fl.n, w, r)
+            d0, d1 = c.describe(0, fl.state), c.describe(1, fl.state)
+            fl.send0, fl.recv0 = torch.zeros(d0["send_bytes"], dtype=torch.uint8), torch.zeros(d0["receive_bytes"], dtype=torch.uint8)
+            fl.send1, fl.recv1 = torch.zeros(d1["send_bytes"], dtype=torch.uint8), torch.zeros(d1["receive_bytes"], dtype=torch.uint8)
+        else:
+            fl.state = c.make_state(fl.n)
+            fl.slot = _align8(c.max_payload_bytes(fl.n))
+            fl.send = torch.zeros(fl.slot, dtype=torch.uint8)
+            fl.recv = torch.zeros(w * fl.slot, dtype=torch.uint8)
+        return fl
+
+    def __repr__(self) -> str:
+        opts = "".join(f", {k}={v!r}" for k, v in sorted(self.codec_options.items()))
+        g = self.param_groups[0]
+        return (f"gradcomp.optim.{type(self).__name__}(lr={g['lr']}, betas={g['betas']}, eps={g['eps']}, "
+                f"weight_decay={g['weight_decay']}, {self._schedule()}, codec={self.codec!r}, path={self.path!r}{opts}; "
+                f"step {self.steps}, world {self._world})")
+
+    def world(self) -> int:
+        """The number of replicas (the process group's size)."""
+        return self._world
+
+    def rank(self) -> int:
+        """This replica's rank in the process group."""
+        return self._rank
+
+    # --- the schedule (the subclasses')
+
+    def _variance_due(self, t: int) -> bool:
+        raise NotImplementedError
+
+    def _variance_updated(self, t: int) -> None:
+        pass
+
+    def _schedule(self) -> str:
+        raise NotImplementedError
+
+    # --- steps
+
+    @torch.no_grad()
+    def step(self, closure=None):
+        """One optimizer step (a collective: every rank calls it at the same steps).
+
+        Raises:
+            gradcomp.Error: a payload failed its checks on some rank (on every rank; the
+                parameters and the moments are as before the call).
+        """
+        loss = None
+        if closure is not None:
+            with torch.enable_grad():
+                loss = closure()
+        if len(self._flats) != len(self.param_groups):
+            raise ValueError("gradcomp.optim: param groups added after construction are not supported")
+        t = self.steps + 1
+        if not self.frozen and self._variance_due(t):
+            for group, fl in zip(self.param_groups, self._flats):
+                self._full_step(group, fl, t, self.var_updates + 1)
+            self.var_updates += 1
+            self._variance_updated(t)
+        else:
+            local = t > self.freeze_step and (t - self.freeze_step) % self.sync_every != 0
+            for group, fl in zip(self.param_groups, self._flats):
+                self._compressed_step(group, fl, min(t, self.freeze_step), sync=not local)
+        self.steps = t
+        if t >= self.freeze_step:
+            self.frozen = True
+        return loss
+
+    def _full_step(self, group, fl: _Flat, t: int, k: int) -> None:
+        """torch.optim.Adam's step (its single-tensor CPU code, parameter by parameter) on the
+        mean gradient, which also sets the denominator the compressed steps use."""
+        lr, (beta1, beta2), eps, wd = float(group["lr"]), group["betas"], group["eps"], group["weight_decay"]
+        g = fl.grads()
+        self._collective(dist.all_reduce, g, None, 2 * (self._world - 1) * 4 * fl.n // self._world)
+        g.div_(self._world)
+        bc1, bc2 = 1 - beta1 ** float(t), 1 - beta2 ** float(k)
+        step_size, bc2_sqrt = lr / bc1, bc2 ** 0.5
+        for p, gv, mv, vv, dv in zip(fl.params, fl.views(g), fl.views(fl.m), fl.views(fl.v), fl.views(fl.denom)):
+            if wd != 0:
+                if group["decoupled_weight_decay"]:
+                    p.mul_(1 - lr * wd)
+                else:
+                    gv = gv.add(p, alpha=wd)
+            mv.lerp_(gv, 1 - beta1)
+            vv.mul_(beta2).addcmul_(gv, gv, value=1 - beta2)
+            dv.copy_((vv.sqrt() / bc2_sqrt).add_(eps))
+            p.addcdiv_(mv, dv, value=-step_size)
+        if fl.anchor is not None:
+            fl.anchor.copy_(fl.read())
+
+    def _compressed_step(self, group, fl: _Flat, tb: int, sync: bool) -> None:
+        """The local momentum; on a sync step its window's lr-weighted mean is averaged through the
+        codec and the parameters move from the anchor by the window's whole update."""
+        lr, (beta1, _), wd = float(group["lr"]), group["betas"], group["weight_decay"]
+        decoupled = group["decoupled_weight_decay"] and wd != 0
+        bc1 = 1 - beta1 ** float(tb)
+        g = fl.grads()
+        if wd != 0 and not decoupled:
+            g.add_(fl.read(), alpha=wd)
+        mloc = fl.m.lerp(g, 1 - beta1)
+        lrsum, decay = fl.lrsum + lr, fl.decay * (1 - lr * wd) if decoupled else 1.0
+        # The window's lr-weighted mean momentum (its first step: the momentum itself, exactly)
+        acc = mloc if fl.lrsum == 0 else fl.acc.lerp(mloc, lr / lrsum)
+        if not sync:
+            for p, mv, dv in zip(fl.params, fl.views(mloc), fl.views(fl.denom)):
+                if decoupled:
+                    p.mul_(1 - lr * wd)
+                p.addcdiv_(mv, dv, value=-lr / bc1)
+            fl.m.copy_(mloc)
+            fl.acc.copy_(acc)
+            fl.lrsum, fl.decay = lrsum, decay
+            return
+        self._exchange(fl, acc.div(self._world))  # raises on every rank before anything changes
+        base = fl.views(fl.anchor) if fl.anchor is not None else fl.params
+        for p, a, mv, dv in zip(fl.params, base, fl.views(fl.mean), fl.views(fl.denom)):
+            if a is not p:
+                p.copy_(a)
+            if decoupled:
+                p.mul_(decay)
+            p.addcdiv_(mv, dv, value=-lrsum / bc1)
+        fl.m.copy_(fl.mean)
+        fl.lrsum, fl.decay = 0.0, 1.0
+        if fl.anchor is not None:
+            fl.anchor.copy_(fl.read())
+        self.exchanges += 1
+
+    @torch.no_grad()
+    def synchronize(self) -> None:
+        """Ends the local window now (:class:`ZeroOneAdam` with ``sync_every > 1``): the
+        exchange its next sync step would make, so that every replica holds the same parameters
+        and momentum (a collective; call it on every rank at the end of training or before an
+        evaluation that needs identical replicas). Nothing to do outside a window."""
+        for group, fl in zip(self.param_groups, self._flats):
+            if fl.lrsum == 0:
+                continue
+            lr, (beta1, _) = float(group["lr"]), group["betas"]
+            self._exchange(fl, fl.acc.div(self._world))
+            bc1 = 1 - beta1 ** float(min(self.steps, self.freeze_step))
+            for p, a, mv, dv in zip(fl.params, fl.views(fl.anchor), fl.views(fl.mean), fl.views(fl.denom)):
+                p.copy_(a)
+                if fl.decay != 1.0:
+                    p.mul_(fl.decay)
+                p.addcdiv_(mv, dv, value=-fl.lrsum / bc1)
+            fl.m.copy_(fl.mean)
+            fl.lrsum, fl.decay = 0.0, 1.0
+            fl.anchor.copy_(fl.read())
+            self.exchanges += 1
+
+    # --- the exchange
+
+    def _exchange(self, fl: _Flat, x: torch.Tensor) -> None:
+        """The codec's all-reduce of x: the sum over the ranks in ``fl.mean``."""
+        w, c, st = self._world, self._codec, fl.state
+        if self.path == "sharded":
+            c.encode(0, x, st, fl.send0)
+            self._collective(dist.all_to_all_single, fl.recv0, fl.send0, (w - 1) * fl.send0.numel() // w)
+            self._checked(lambda: c.receive(0, st, fl.recv0))
+            c.encode(1, None, st, fl.send1)
+            self._collective(dist.all_gather_into_tensor, fl.recv1, fl.send1, (w - 1) * fl.send1.numel())
+            self._checked(lambda: c.receive(1, st, fl.recv1, fl.mean))
+        else:
+            fl.send.zero_()
+            c.compress(x, st, fl.send)
+            self._collective(dist.all_gather_into_tensor, fl.recv, fl.send, (w - 1) * fl.slot)
+
+            def decode():
+                fl.mean.zero_()
+                c.accumulate_gathered(fl.recv, fl.mean, fl.slot)
+
+            self._checked(decode)
+
+    def _collective(self, fn, out: torch.Tensor, inp: Optional[torch.Tensor], wire: int) -> None:
+        sent = out if inp is None else inp
+        self.bytes_sent += sent.numel() * sent.element_size()
+        self.wire_bytes += wire
+        if self._world == 1:
+            if inp is not None:
+                out.copy_(inp)
+        elif inp is None:
+            fn(out, group=self.process_group)
+        else:
+            fn(out, inp, group=self.process_group)
+
+    def _checked(self, decode) -> None:
+        """Runs a decode; every rank learns whether any rank's failed (one int32 MAX all-reduce)
+        and raises gradcomp.Error then, before anything is applied."""
+        error = None
+        try:
+            decode()
+        except Error as e:
+            error = e
+        if self._world > 1:
+            flag = torch.tensor([0 if error is None else 1], dtype=torch.int32)
+            dist.all_reduce(flag, op=dist.ReduceOp.MAX, group=self.process_group)
+            self.wire_bytes += 8 * (self._world - 1) // self._world
+            if error is None and int(flag) != 0:
+                error = Error("gradcomp.optim: another rank's payload failed its checks")
+                error.code = "peer_error"
+        if error is not None:
+            raise error
+
+    # --- checkpoints
+
+    def _codec_blob(self, fl: _Flat) -> bytes:
+        return self._codec.checkpoint(fl.state) if self.path == "sharded" else fl.state.checkpoint()
+
+    def state_dict(self) -> dict:
+        """The optimizer's state for a checkpoint (a collective: every rank calls it).
+
+        Returns:
+            dict: ``format``, ``identity`` (optimizer, schedule, codec, path and options),
+            ``world_size``, ``steps``, ``var_updates``, ``frozen``, ``schedule`` (the variance
+            interval and counter), ``bytes_sent``, ``wire_bytes``, ``exchanges``, ``param_groups``
+            (the hyperparameters), ``groups`` (per group: ``m``, ``v``, ``denom``, ``anchor``,
+            ``acc``, ``lrsum``, ``decay``) and ``codec_states`` (group index -> every rank's codec
+            state bytes, as uint8 tensors).
+        """
+        groups = [{"m": fl.m.clone(), "v": fl.v.clone(), "denom": fl.denom.clone(),
+                   "anchor": None if fl.anchor is None else fl.anchor.clone(), "acc": fl.acc.clone(),
+                   "lrsum": fl.lrsum, "decay": fl.decay} for fl in self._flats]
+        blobs = {str(i): self._codec_blob(fl) for i, fl in enumerate(self._flats)}
+        if self._world > 1:
+            states = gather_blobs(blobs, self.process_group, ragged=True)
+        else:
+            states = {k: [torch.frombuffer(bytearray(v), dtype=torch.uint8)] for k, v in blobs.items()}
+        hyper = [{k: v for k, v in g.items() if k != "params"} for g in self.param_groups]
+        return {"format": _FORMAT, "identity": self._identity(), "world_size": self._world, "steps": self.steps,
+                "var_updates": self.var_updates, "frozen": self.frozen, "schedule": self._schedule_state(),
+                "bytes_sent": self.bytes_sent, "wire_bytes": self.wire_bytes, "exchanges": self.exchanges,
+                "param_groups": hyper, "groups": groups, "codec_states": states}
+
+    def load_state_dict(self, state_dict: dict) -> None:
+        """Restores :meth:`state_dict` at the saved world size (the run continues bit for bit).
+
+        Raises:
+            ValueError: another format, optimizer, codec, path, options, world size or layout.
+            gradcomp.Error: a corrupted codec state (``checksum_mismatch``, ...); nothing changes then.
+        """
+        sd = state_dict
+        if sd.get("format") != _FORMAT:
+            raise ValueError(f"gradcomp.optim: checkpoint format {sd.get('format')!r}, expected {_FORMAT}")
+        if sd.get("identity") != self._identity():
+            raise ValueError(f"gradcomp.optim: checkpoint of {sd.get('identity')!r}, this optimizer is {self._identity()!r}")
+        if sd["world_size"] != self._world:
+            raise ValueError(f"gradcomp.optim: checkpoint of {sd['world_size']} ranks, this run has {self._world} "
+                             "(another world size is not supported)")
+        groups = sd["groups"]
+        if len(groups) != len(self._flats) or any(s["m"].numel() != fl.n for s, fl in zip(groups, self._flats)):
+            raise ValueError("gradcomp.optim: checkpoint of another parameter layout")
+        fresh = [self._flat(g) for g in self.param_groups]  # restored into new states: all or nothing
+        for i, fl in enumerate(fresh):
+            row = sd["codec_states"][str(i)][self._rank]
+            blob = bytes(row.numpy().tobytes())
+            if self.path == "sharded":
+                self._codec.load_checkpoint(fl.state, blob)
+            else:
+                fl.state.restore(blob)
+        for s, fl in zip(groups, fresh):
+            fl.m.copy_(s["m"])
+            fl.v.copy_(s["v"])
+            fl.denom.copy_(s["denom"])
+            fl.acc.copy_(s["acc"])
+            if fl.anchor is not None:
+                fl.anchor.copy_(s["anchor"])
+            fl.lrsum, fl.decay = float(s["lrsum"]), float(s["decay"])
+        for g, h in zip(self.param_groups, sd["param_groups"]):
+            g.update(h)
+        self._flats = fresh
+        self.steps, self.var_updates, self.frozen = int(sd["steps"]), int(sd["var_updates"]), bool(sd["frozen"])
+        self._load_schedule_state(sd["schedule"])
+        self.bytes_sent, self.wire_bytes, self.exchanges = int(sd["bytes_sent"]), int(sd["wire_bytes"]), int(sd["exchanges"])
+
+    def _schedule_state(self) -> dict:
+        return {}
+
+    def _load_schedule_state(self, s: dict) -> None:
+        pass
+
+    def _identity(self) -> str:
+        opts = ",".join(f"{k}={v!r}" for k, v in sorted(self.codec_options.items()))
+        return f"{type(self).__name__}:{self._schedule()}:{self.codec}:{self.path}:{opts}"
+
+
+class OneBitAdam(_CompressedAdam):
+    """1-bit Adam: ``warmup_steps`` steps of Adam on the fp32-averaged gradient, then the variance
+    frozen and the momentum averaged through a codec (default: 1-bit signs with a scale per group
+    of 128 and error feedback on both sides of the sharded path).
+
+    Args:
+        params: the replica's parameters (float32, CPU; an iterable of tensors or of param group
+            dicts, or a module, not wrapped in DDP), the same on every rank at the start (rank
+            0's are broadcast).
+        lr (float): the learning rate (default 1e-3).
+        betas (tuple): Adam's (beta1, beta2) (default (0.9, 0.999)).
+        eps (float): added to the denominator, > 0 (default 1e-8).
+        weight_decay (float): L2 penalty added to the gradient, as Adam's (default 0).
+        decoupled_weight_decay (bool): AdamW's decay of the parameters instead (default False).
+        warmup_steps (int): full-precision Adam steps before the freeze, >= 1 (DeepSpeed's setting
+            for BERT: 15 to 25% of the steps).
+        codec (str): a codec of :func:`gradcomp.codecs` (``"sign"``, ``"int4"``, ``"int8"``, ...).
+        path (str): ``"sharded"`` (all-to-all, re-encoded shards, all-gather) or ``"gather"``
+            (every rank's frames all-gathered and decoded).
+        process_group (ProcessGroup, optional): the replicas (default: the world).
+        **codec_options: the codec's options (``error_feedback``, ``group``, ...).
+
+    Raises:
+        ValueError: an option out of its domain (named in the message), an unknown codec or path,
+            parameters that are not float32 CPU tensors, a DDP model.
+    """
+
+    _variant = "OneBitAdam"
+
+    def __init__(self, params, lr: float = 1e-3, betas=(0.9, 0.999), eps: float = 1e-8, weight_decay: float = 0.0,
+                 decoupled_weight_decay: bool = False, warmup_steps: int = 100, codec: str = "sign",
+                 path: str = "sharded", process_group: Optional[dist.ProcessGroup] = None, **codec_options) -> None:
+        _check_int("warmup_steps", warmup_steps, 1)
+        self.warmup_steps = warmup_steps
+        super().__init__(params, lr, betas, eps, weight_decay, decoupled_weight_decay, codec, path, process_group,
+                         warmup_steps, 1, codec_options)
+
+    def _variance_due(self, t: int) -> bool:
+        return t <= self.warmup_steps
+
+    def _schedule(self) -> str:
+        return f"warmup_steps={self.warmup_steps}"
+
+
+class ZeroOneAdam(_CompressedAdam):
+    """0-1 Adam, simplified: the variance updated (by a full-precision step) at steps that grow
+    exponentially apart, compressed momentum steps between them, and after the freeze optionally
+    local steps between the exchanges.
+
+    The variance-update steps follow DeepSpeed's rule: the interval starts at 1 and doubles after
+    every ``var_update_scaler`` updates; step t updates the variance when t is a multiple of the
+    interval and t <= ``var_freeze_step`` (``var_update_scaler=1``: steps 1, 2, 4, 8, ...). After
+    ``var_freeze_step`` the momentum is exchanged every ``sync_every`` steps: in between, each
+    rank steps with its own momentum; at the exchange the window's lr-weighted mean momentum is
+    averaged through the codec, every rank moves from the parameters of the last exchange by the
+    window's whole update (so the replicas are identical again) and takes the mean as its
+    momentum. :meth:`synchronize` ends a window early (at the end of training).
+
+    Not implemented: the paper's growing local-step intervals (``local_step_scaler``,
+    ``local_step_clipper``): ``sync_every`` is fixed.
+
+    Args:
+        var_freeze_step (int): the last step that may update the variance (>= 1).
+        var_update_scaler (int): variance updates between two doublings of their interval (>= 1).
+        sync_every (int): steps between two exchanges after the freeze (>= 1; 1: every step).
+        others: as :class:`OneBitAdam`'s.
+    """
+
+    _variant = "ZeroOneAdam"
+
+    def __init__(self, params, lr: float = 1e-3, betas=(0.9, 0.999), eps: float = 1e-8, weight_decay: float = 0.0,
+                 decoupled_weight_decay: bool = False, var_freeze_step: int = 1000, var_update_scaler: int = 16,
+                 sync_every: int = 1, codec: str = "sign", path: str = "sharded",
+                 process_group: Optional[dist.ProcessGroup] = None, **codec_options) -> None:
+        _check_int("var_freeze_step", var_freeze_step, 1)
+        _check_int("var_update_scaler", var_update_scaler, 1)
+        _check_int("sync_every", sync_every, 1)
+        self.var_update_scaler = var_update_scaler
+        self.var_interval, self.var_counter = 1, 0
+        super().__init__(params, lr, betas, eps, weight_decay, decoupled_weight_decay, codec, path, process_group,
+                         var_freeze_step, sync_every, codec_options)
+
+    def _variance_due(self, t: int) -> bool:
+        return t <= self.freeze_step and t % self.var_interval == 0
+
+    def _variance_updated(self, t: int) -> None:
+        self.var_counter += 1
+        if self.var_counter == self.var_update_scaler:
+            self.var_counter, self.var_interval = 0, 2 * self.var_interval
+
+    def _schedule(self) -> str:
+        return f"var_freeze_step={self.freeze_step}, var_update_scaler={self.var_update_scaler}, sync_every={self.sync_every}"
+
+    def _schedule_state(self) -> dict:
+        return {"var_interval": self.var_interval, "var_counter": self.var_counter}
+
+    def _load_schedule_state(self, s: dict) -> None:
+        self.var_interval, self.var_counter = int(s["var_interval"]), int(s["var_counter"])
+
+
+def _check_int(name: str, value, least: int) -> None:
+    if not isinstance(value, int) or isinstance(value, bool) or value < least:
+        raise ValueError(f"gradcomp.optim: {name} must be an int >= {least}, not {value!r}")
+
+
+def _check(lr, betas, eps, weight_decay, codec, path) -> None:
+    if not (isinstance(lr, (int, float)) and math.isfinite(lr) and lr >= 0):
+        raise ValueError(f"gradcomp.optim: lr must be a finite float >= 0, not {lr!r}")
+    if len(betas) != 2 or not all(0.0 <= b < 1.0 for b in betas):
+        raise ValueError(f"gradcomp.optim: betas must be two floats in [0, 1), not {betas!r}")
+    if not (eps > 0 and math.isfinite(eps)):
+        raise ValueError(f"gradcomp.optim: eps must be finite and > 0, not {eps!r}")
+    if not (weight_decay >= 0 and math.isfinite(weight_decay)):
+        raise ValueError(f"gradcomp.optim: weight_decay must be finite and >= 0, not {weight_decay!r}")
+    if codec not in codecs():
+        raise ValueError(f"gradcomp.optim: codec {codec!r} is not one of gradcomp.codecs(): {sorted(codecs())}")
+    if path not in _PATHS:
+        raise ValueError(f"gradcomp.optim: path must be one of {_PATHS}, not {path!r}")
