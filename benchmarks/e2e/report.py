@@ -130,7 +130,8 @@ def plot(rows, world, path):
     ax.set_xticks([j + 0.4 - w / 2 for j in range(len(rates))], rates)
     ax.set_ylabel("time to target loss (s)")
     ax.set_yscale("log")
-    ax.set_title(f"Training time to target under a limited link ({world} ranks, gloo; DDP, FSDP2 hatched)")
+    kinds = "; DDP, FSDP2 hatched" if any("FSDP" in row["label"] for row in rows) else ""
+    ax.set_title(f"Training time to target under a limited link ({world} ranks, gloo{kinds})")
     ax.legend(fontsize=8, ncol=3, loc="upper center", bbox_to_anchor=(0.5, -0.08))
     fig.tight_layout()
     fig.savefig(path, dpi=110)
