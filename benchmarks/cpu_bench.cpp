@@ -3,7 +3,7 @@
 //
 // Rows are named <operation>/<codec>/n:<elements>, the codec being the quantizer, preceded by
 // the sparsifier ("topk1%+bf16") when it is not dense and followed by "+residual" for error
-// feedback. n = 1e6 (4 MB of fp32) and 1e7 (40 MB). Inputs: fixed-seed Student-t (3 dof).
+// feedback. The transforms' rows (transform/, inverse/) are named by transform and block. n = 1e6 (4 MB of fp32) and 1e7 (40 MB). Inputs: fixed-seed Student-t (3 dof).
 // Counters (benchmarks/report turns them into docs/benchmarks.md):
 //   GBps         effective bandwidth, 1e9 bytes/s: the bytes the operation must read plus
 //                those it must write, each counted once, at the median time. compress: the
@@ -30,6 +30,7 @@
 #include <benchmark/benchmark.h>
 
 #include <algorithm>
+#include <bit>
 #include <chrono>
 #include <cmath>
 #include <cstddef>
@@ -42,6 +43,8 @@
 #include <vector>
 
 #include <gradcomp/gradcomp.hpp>
+#include <gradcomp/transform/dct.hpp>
+#include <gradcomp/transform/hadamard.hpp>
 
 #include "naive.hpp"
 
@@ -174,6 +177,46 @@ void memcpy_row(benchmark::State& st, std::size_t n) {
   measure(st, 8.0 * static_cast<double>(n), 1.0, copy, copy);
 }
 
+// The orthogonal transforms (transform/hadamard.hpp, transform/dct.hpp) over one chunk in place,
+// forward or inverse, against the naive transform: each block's matrix applied as a product
+// (b multiply-adds per value instead of log2 b butterfly passes), the Hadamard transform's
+// random signs applied before (forward) or after (inverse) it. Bytes: the chunk read and
+// written (8n); both must agree to 1e-4 of the input's largest value before timing.
+struct transform_case {
+  std::size_t block;
+  std::map<std::size_t, std::vector<float>> matrices;  // per block length (a chunk's tail is cut shorter), row-major
+  std::vector<float> signs_before, signs_after;         // per element (+1 / -1), or empty
+};
+
+template <class Fast>
+void transform_row(benchmark::State& st, std::size_t n, const transform_case& t, Fast fast) {
+  std::vector<float> x = input(n), y(n), in(n);
+  const auto naive = [&] {
+    for (std::size_t i = 0; i < n; ++i) in[i] = t.signs_before.empty() ? x[i] : t.signs_before[i] * x[i];
+    gc::transform::for_each_block(n, t.block, [&](std::size_t at, std::size_t b) {
+      const std::vector<float>& m = t.matrices.at(b);
+      for (std::size_t i = 0; i < b; ++i) {
+        float sum = 0.0f;
+        for (std::size_t j = 0; j < b; ++j) sum += m[i * b + j] * in[at + j];
+        y[at + i] = t.signs_after.empty() ? sum : t.signs_after[at + i] * sum;
+      }
+    });
+  };
+  naive();
+  std::vector<float> check = x;
+  fast(check.data());
+  float most = 0.0f, worst = 0.0f;
+  for (std::size_t i = 0; i < n; ++i) {
+    most = std::max(most, std::fabs(x[i]));
+    worst = std::max(worst, std::fabs(check[i] - y[i]));
+  }
+  if (!(worst <= 1e-4f * most)) {
+    st.SkipWithError("the transform and its matrix disagree");
+    return;
+  }
+  measure(st, 8.0 * static_cast<double>(n), 1.0, [&] { fast(x.data()); }, naive);
+}
+
 // ---------------------------------------------------------------------------------------------
 // Registration.
 // ---------------------------------------------------------------------------------------------
@@ -233,6 +276,46 @@ void int_rows(const std::string& name, bool with_residual = false) {
   dense_rows<Q>(name + "_stochastic", {.round = gc::quantize::rounding::stochastic});
 }
 
+// The transforms, forward and inverse, at both sizes.
+void transform_rows() {
+  namespace tf = gc::transform;
+  // Hadamard blocks of 256 (m = 8, even: both directions scale by 1/16, so repeated calls keep
+  // the data's scale); DCT blocks of 64 (DeMo's 64 x 64 chunks are rows of 64 here).
+  const tf::hadamard::config hc{.block = 256, .seed = 7};
+  const tf::dct::config dc{.block = 64};
+  for (const std::size_t n : sizes)
+    for (const bool fwd : {true, false}) {
+      const std::string op = fwd ? "transform/" : "inverse/";
+      transform_case h{hc.block, {}, {}, {}}, c{dc.block, {}, {}, {}};
+      for (std::size_t b = 2; b <= hc.block; b *= 2) {  // H_b scaled as the direction scales it
+        const unsigned m = tf::log2_of(b);
+        const float scale = tf::pow2_neg(fwd ? (m + 1) / 2 : m / 2);
+        std::vector<float>& hm = h.matrices[b];
+        for (std::size_t i = 0; i < b; ++i)
+          for (std::size_t j = 0; j < b; ++j) hm.push_back(std::popcount(i & j) % 2 ? -scale : scale);
+      }
+      std::vector<float>& signs = fwd ? h.signs_before : h.signs_after;
+      for (std::size_t i = 0; i < n; ++i) signs.push_back(tf::negated(hc.seed, 0, 0, i) ? -1.0f : 1.0f);
+      for (std::size_t b = 2; b <= dc.block; b *= 2) {  // column j: the transform of the j-th unit vector
+        std::vector<float>& cm = c.matrices[b];
+        cm.resize(b * b);
+        std::vector<float> e(b), tmp(b);
+        for (std::size_t j = 0; j < b; ++j) {
+          std::fill(e.begin(), e.end(), 0.0f);
+          e[j] = 1.0f;
+          fwd ? tf::dct::forward_block(e.data(), tmp.data(), b) : tf::dct::inverse_block(e.data(), tmp.data(), b);
+          for (std::size_t i = 0; i < b; ++i) cm[i * b + j] = e[i];
+        }
+      }
+      add(op + "hadamard256/n:" + size_name(n), [=](benchmark::State& st) {
+        transform_row(st, n, h, [=](float* x) { fwd ? tf::hadamard::forward(hc, 0, 0, x, n) : tf::hadamard::inverse(hc, 0, 0, x, n); });
+      });
+      add(op + "dct64/n:" + size_name(n), [=](benchmark::State& st) {
+        transform_row(st, n, c, [=](float* x) { fwd ? tf::dct::forward(dc, x, n) : tf::dct::inverse(dc, x, n); });
+      });
+    }
+}
+
 void register_all() {
   using namespace gc::quantize;
   using naive_rule = naive::sparse::rule;
@@ -266,6 +349,7 @@ void register_all() {
   sparse_rows<threshold>("threshold1%", {.density = 0.01}, naive_rule::threshold, 0.01, 0, true);
   sparse_rows<randomk>("randomk1%", {.density = 0.01}, naive_rule::randomk, 0.01);
   sparse_rows<row_topk>("row_topk1%", {.cols = 4096, .density = 0.01}, naive_rule::row_topk, 0.01, 4096);
+  transform_rows();
 }
 
 }  // namespace

@@ -45,15 +45,49 @@ GRADCOMP_HD inline double sqrt_of(double x) {
   return r;
 }
 
+// The factor of Lee's step i of a block of b values, 1 / (2 cos(pi (2i + 1) / (2b))), rounded to
+// float from double. The host reads it from a table filled once by the same expression (the
+// polynomial per element would dominate the transform), the device computes it.
+GRADCOMP_HD inline float lee_factor_of(std::size_t i, std::size_t b) { return static_cast<float>(0.5 / cos_pi(2 * i + 1, 2 * b)); }
+
+// Lee's factors of a block of b values: factors(b)[i].
+struct lee_factors {
+#if GRADCOMP_DEVICE_CODE
+  std::size_t b;
+  GRADCOMP_HD float operator[](std::size_t i) const { return lee_factor_of(i, b); }
+#else
+  const float* f;
+  float operator[](std::size_t i) const { return f[i]; }
+#endif
+};
+
+GRADCOMP_HD inline lee_factors factors(std::size_t b) {
+#if GRADCOMP_DEVICE_CODE
+  return {b};
+#else
+  // Blocks of b = 2 .. 4096 values: the b / 2 factors of size b start at b / 2 - 1.
+  struct table {
+    float f[4095];
+    table() {
+      for (std::size_t h = 1; h <= 2048; h *= 2)
+        for (std::size_t k = 0; k < h; ++k) f[h - 1 + k] = lee_factor_of(k, 2 * h);
+    }
+  };
+  static const table t;
+  return {t.f + b / 2 - 1};
+#endif
+}
+
 // In place: the unnormalised DCT-II of x[0, b) (X_k = sum_n x_n cos(pi (2n+1) k / (2b))), b a
 // power of two; tmp holds b floats.
 GRADCOMP_HD_CALL inline void dct2_unscaled(float* x, float* tmp, std::size_t b) {
   if (b == 1) return;
   const std::size_t h = b / 2;
+  const lee_factors f = factors(b);
   for (std::size_t i = 0; i < h; ++i) {
     const float u = x[i], v = x[b - 1 - i];
     tmp[i] = canonical_nan(u + v);
-    tmp[h + i] = canonical_nan((u - v) * static_cast<float>(0.5 / cos_pi(2 * i + 1, 2 * b)));
+    tmp[h + i] = canonical_nan((u - v) * f[i]);
   }
   dct2_unscaled(tmp, x, h);
   dct2_unscaled(tmp + h, x, h);
@@ -68,6 +102,7 @@ GRADCOMP_HD_CALL inline void dct2_unscaled(float* x, float* tmp, std::size_t b) 
 GRADCOMP_HD_CALL inline void dct3_unscaled(float* x, float* tmp, std::size_t b) {
   if (b == 1) return;
   const std::size_t h = b / 2;
+  const lee_factors f = factors(b);
   tmp[0] = x[0];
   tmp[h] = x[1];
   for (std::size_t i = 1; i < h; ++i) {
@@ -77,7 +112,7 @@ GRADCOMP_HD_CALL inline void dct3_unscaled(float* x, float* tmp, std::size_t b) 
   dct3_unscaled(tmp, x, h);
   dct3_unscaled(tmp + h, x, h);
   for (std::size_t i = 0; i < h; ++i) {
-    const float u = tmp[i], v = canonical_nan(tmp[h + i] * static_cast<float>(0.5 / cos_pi(2 * i + 1, 2 * b)));
+    const float u = tmp[i], v = canonical_nan(tmp[h + i] * f[i]);
     x[i] = canonical_nan(u + v);
     x[b - 1 - i] = canonical_nan(u - v);
   }

@@ -43,15 +43,44 @@ GRADCOMP_HD inline unsigned log2_of(std::size_t b) {
   return m;
 }
 
-// In place: the unnormalised Walsh-Hadamard transform of x[0, b), b a power of two.
+// In place: the unnormalised Walsh-Hadamard transform of x[0, b), b a power of two. Plain sums
+// and differences, which the compiler vectorises; a NaN's payload may differ between the host
+// and a device here, so the callers' final pass makes every NaN canonical.
 GRADCOMP_HD inline void walsh_hadamard(float* x, std::size_t b) {
-  for (std::size_t h = 1; h < b; h <<= 1)
+  std::size_t h = 1;
+  if (b >= 8) {  // passes h = 1, 2, 4 on 8 values at a time in registers (the same sums in the same order)
+    for (std::size_t i = 0; i < b; i += 8) {
+      float* y = x + i;
+      const float a0 = y[0] + y[1], a1 = y[0] - y[1], a2 = y[2] + y[3], a3 = y[2] - y[3];
+      const float a4 = y[4] + y[5], a5 = y[4] - y[5], a6 = y[6] + y[7], a7 = y[6] - y[7];
+      const float b0 = a0 + a2, b1 = a1 + a3, b2 = a0 - a2, b3 = a1 - a3;
+      const float b4 = a4 + a6, b5 = a5 + a7, b6 = a4 - a6, b7 = a5 - a7;
+      y[0] = b0 + b4, y[1] = b1 + b5, y[2] = b2 + b6, y[3] = b3 + b7;
+      y[4] = b0 - b4, y[5] = b1 - b5, y[6] = b2 - b6, y[7] = b3 - b7;
+    }
+    h = 8;
+  }
+  for (; h < b; h <<= 1)
     for (std::size_t i = 0; i < b; i += 2 * h)
       for (std::size_t j = i; j < i + h; ++j) {
         const float u = x[j], v = x[j + h];
-        x[j] = canonical_nan(u + v);
-        x[j + h] = canonical_nan(u - v);
+        x[j] = u + v;
+        x[j + h] = u - v;
       }
+}
+
+// x[j] = -x[j] where element offset + j of the chunk is negated (one Philox word per 32
+// elements), every NaN made canonical.
+GRADCOMP_HD inline void apply_signs(std::uint32_t seed, std::uint64_t step, std::uint32_t chunk, std::size_t offset, float* x, std::size_t b) {
+  for (std::size_t j = 0; j < b;) {
+    const std::uint64_t at = offset + j;
+    const std::uint32_t word = philox_at(seed, step, chunk, static_cast<random_stream>(transform_stream), at / 32);
+    const std::size_t first = at % 32, count = 32 - first < b - j ? 32 - first : b - j;
+    std::uint32_t w = word >> first;
+    for (std::size_t k = 0; k < count; ++k, w >>= 1)  // -x: the sign bit flipped
+      x[j + k] = canonical_nan(bits_float(float_bits(x[j + k]) ^ (w << 31)));
+    j += count;
+  }
 }
 
 struct hadamard {
@@ -64,20 +93,17 @@ struct hadamard {
   // One block at `offset` of chunk `chunk` (b values at x), forward (y = s H D x) or inverse.
   GRADCOMP_HD static void forward_block(const config& c, std::uint64_t step, std::uint32_t chunk, std::size_t offset, float* x,
                                         std::size_t b) {
-    for (std::size_t j = 0; j < b; ++j)
-      if (negated(c.seed, step, chunk, offset + j)) x[j] = -x[j];
+    apply_signs(c.seed, step, chunk, offset, x, b);
     walsh_hadamard(x, b);
     const float s = pow2_neg((log2_of(b) + 1) / 2);
-    for (std::size_t j = 0; j < b; ++j) x[j] *= s;
+    for (std::size_t j = 0; j < b; ++j) x[j] = canonical_nan(x[j] * s);
   }
   GRADCOMP_HD static void inverse_block(const config& c, std::uint64_t step, std::uint32_t chunk, std::size_t offset, float* x,
                                         std::size_t b) {
     walsh_hadamard(x, b);
     const float s = pow2_neg(log2_of(b) / 2);
-    for (std::size_t j = 0; j < b; ++j) {
-      x[j] *= s;
-      if (negated(c.seed, step, chunk, offset + j)) x[j] = -x[j];
-    }
+    for (std::size_t j = 0; j < b; ++j) x[j] *= s;
+    apply_signs(c.seed, step, chunk, offset, x, b);
   }
 
   // A whole chunk of n values, in place (host; the device runs a block per thread group).
