@@ -99,6 +99,11 @@ def methods():
     add("0-1 Adam sign+EF", "zeroone", {"codec": "sign", "path": "sharded", "freeze": 0.25, "var_update_scaler": 16})
     add("0-1 Adam sign+EF sync every 4", "zeroone", {"codec": "sign", "path": "sharded", "freeze": 0.25,
                                                      "var_update_scaler": 16, "sync_every": 4})
+    # Fewer fp32 variance steps (the interval doubles after every 4 updates) and longer local
+    # windows: the bytes the fp32 steps leave are what limits the ratio
+    for scaler, every in ((16, 8), (4, 4), (4, 8)):
+        add(f"0-1 Adam sign+EF scaler {scaler} sync every {every}", "zeroone",
+            {"codec": "sign", "path": "sharded", "freeze": 0.25, "var_update_scaler": scaler, "sync_every": every})
     return out
 
 
