@@ -47,6 +47,7 @@ from ._checkpoint import gather_blobs
 __all__ = ["OneBitAdam", "ZeroOneAdam"]
 
 _PATHS = ("sharded", "gather")
+_FULL_STEPS = ("fp32", "bf16")  # the gradient all-reduce of the full (variance-updating) steps
 _FORMAT = 1
 
 
@@ -86,13 +87,15 @@ class _CompressedAdam(torch.optim.Optimizer):
     _variant = ""
 
     def __init__(self, params, lr, betas, eps, weight_decay, decoupled_weight_decay, codec, path, process_group,
-                 freeze_step, sync_every, codec_options):
+                 freeze_step, sync_every, full_steps, codec_options):
         if isinstance(params, torch.nn.parallel.DistributedDataParallel):
             raise ValueError(f"gradcomp.optim: params is a DDP model; {self._variant} all-reduces the gradients "
                              "itself: pass the unwrapped model's parameters (every rank a full replica)")
         if isinstance(params, torch.nn.Module):
             params = params.parameters()
         _check(lr, betas, eps, weight_decay, codec, path)
+        if full_steps not in _FULL_STEPS:
+            raise ValueError(f"gradcomp.optim: full_steps must be one of {', '.join(_FULL_STEPS)} (got {full_steps!r})")
         defaults = dict(lr=lr, betas=tuple(betas), eps=eps, weight_decay=weight_decay,
                         decoupled_weight_decay=bool(decoupled_weight_decay))
         super().__init__(params, defaults)
@@ -108,7 +111,7 @@ class _CompressedAdam(torch.optim.Optimizer):
             raise ValueError("gradcomp.optim: no parameters")
         self.codec, self.path, self.codec_options = codec, path, dict(codec_options)
         self.process_group = process_group
-        self.freeze_step, self.sync_every = freeze_step, sync_every
+        self.freeze_step, self.sync_every, self.full_steps = freeze_step, sync_every, full_steps
         distributed = dist.is_available() and dist.is_initialized()
         self._world = dist.get_world_size(process_group) if distributed else 1
         self._rank = dist.get_rank(process_group) if distributed else 0
@@ -207,8 +210,13 @@ class _CompressedAdam(torch.optim.Optimizer):
         mean gradient, which also sets the denominator the compressed steps use."""
         lr, (beta1, beta2), eps, wd = float(group["lr"]), group["betas"], group["eps"], group["weight_decay"]
         g = fl.grads()
-        self._collective(dist.all_reduce, g, None, 2 * (self._world - 1) * 4 * fl.n // self._world)
-        g.div_(self._world)
+        if self.full_steps == "bf16":  # as torch's bf16 hook: each rank's share cast, summed in bf16
+            g16 = g.div_(self._world).to(torch.bfloat16)
+            self._collective(dist.all_reduce, g16, None, 2 * (self._world - 1) * 2 * fl.n // self._world)
+            g = g16.float()
+        else:
+            self._collective(dist.all_reduce, g, None, 2 * (self._world - 1) * 4 * fl.n // self._world)
+            g.div_(self._world)
         bc1, bc2 = 1 - beta1 ** float(t), 1 - beta2 ** float(k)
         step_size, bc2_sqrt = lr / bc1, bc2 ** 0.5
         for p, gv, mv, vv, dv in zip(fl.params, fl.views(g), fl.views(fl.m), fl.views(fl.v), fl.views(fl.denom)):
@@ -414,7 +422,7 @@ class _CompressedAdam(torch.optim.Optimizer):
 
     def _identity(self) -> str:
         opts = ",".join(f"{k}={v!r}" for k, v in sorted(self.codec_options.items()))
-        return f"{type(self).__name__}:{self._schedule()}:{self.codec}:{self.path}:{opts}"
+        return f"{type(self).__name__}:{self._schedule()}:{self.full_steps}:{self.codec}:{self.path}:{opts}"
 
 
 class OneBitAdam(_CompressedAdam):
@@ -437,6 +445,10 @@ class OneBitAdam(_CompressedAdam):
         path (str): ``"sharded"`` (all-to-all, re-encoded shards, all-gather) or ``"gather"``
             (every rank's frames all-gathered and decoded).
         process_group (ProcessGroup, optional): the replicas (default: the world).
+        full_steps (str): the gradient all-reduce of the full steps: ``"fp32"`` (default; the
+            steps are ``torch.optim.Adam``'s bit for bit) or ``"bf16"`` (each rank's share cast
+            to bfloat16 and summed in it, as torch's bf16 hook and DeepSpeed's fp16 training:
+            half the bytes).
         **codec_options: the codec's options (``error_feedback``, ``group``, ...).
 
     Raises:
@@ -448,11 +460,12 @@ class OneBitAdam(_CompressedAdam):
 
     def __init__(self, params, lr: float = 1e-3, betas=(0.9, 0.999), eps: float = 1e-8, weight_decay: float = 0.0,
                  decoupled_weight_decay: bool = False, warmup_steps: int = 100, codec: str = "sign",
-                 path: str = "sharded", process_group: Optional[dist.ProcessGroup] = None, **codec_options) -> None:
+                 path: str = "sharded", process_group: Optional[dist.ProcessGroup] = None, full_steps: str = "fp32",
+                 **codec_options) -> None:
         _check_int("warmup_steps", warmup_steps, 1)
         self.warmup_steps = warmup_steps
         super().__init__(params, lr, betas, eps, weight_decay, decoupled_weight_decay, codec, path, process_group,
-                         warmup_steps, 1, codec_options)
+                         warmup_steps, 1, full_steps, codec_options)
 
     def _variance_due(self, t: int) -> bool:
         return t <= self.warmup_steps
@@ -490,14 +503,14 @@ class ZeroOneAdam(_CompressedAdam):
     def __init__(self, params, lr: float = 1e-3, betas=(0.9, 0.999), eps: float = 1e-8, weight_decay: float = 0.0,
                  decoupled_weight_decay: bool = False, var_freeze_step: int = 1000, var_update_scaler: int = 16,
                  sync_every: int = 1, codec: str = "sign", path: str = "sharded",
-                 process_group: Optional[dist.ProcessGroup] = None, **codec_options) -> None:
+                 process_group: Optional[dist.ProcessGroup] = None, full_steps: str = "fp32", **codec_options) -> None:
         _check_int("var_freeze_step", var_freeze_step, 1)
         _check_int("var_update_scaler", var_update_scaler, 1)
         _check_int("sync_every", sync_every, 1)
         self.var_update_scaler = var_update_scaler
         self.var_interval, self.var_counter = 1, 0
         super().__init__(params, lr, betas, eps, weight_decay, decoupled_weight_decay, codec, path, process_group,
-                         var_freeze_step, sync_every, codec_options)
+                         var_freeze_step, sync_every, full_steps, codec_options)
 
     def _variance_due(self, t: int) -> bool:
         return t <= self.freeze_step and t % self.var_interval == 0

@@ -74,6 +74,24 @@ def test_one_bit_adam_warmup_is_adam_and_replicas_stay_identical(world):
     assert (exchanges, updates) == (6, 4) and wire > 0
 
 
+def _full_steps_bytes(rank, world, full_steps):
+    net = _net()
+    opt = OneBitAdam(net, lr=0.01, warmup_steps=3, full_steps=full_steps)
+    for step in range(3):
+        _backward(net, rank, step)
+        opt.step()
+    return opt.wire_bytes, dist_util.all_same(_flat(net)), _flat(net)
+
+
+def test_bf16_full_steps_send_half_and_keep_the_replicas_identical():
+    w32, same32, p32 = dist_util.run(2, _full_steps_bytes, "fp32")
+    w16, same16, p16 = dist_util.run(2, _full_steps_bytes, "bf16")
+    assert same32 and same16 and 2 * w16 == w32
+    # The bf16 mean changes the steps, but an Adam step moves a parameter by about lr at most:
+    # 3 steps of lr 0.01 each apart by less than twice that.
+    assert 0 < (p16 - p32).abs().max() < 2 * 3 * 0.01
+
+
 # 1-bit: variance at steps 1 to 3, exchanges at 4 to 13. 0-1: variance at steps 1, 2, 4; exchanges
 # at 3, 5, 6, then every 3rd step (9, 12) and synchronize() at the end.
 @pytest.mark.parametrize("make,counts", [
