@@ -49,7 +49,8 @@ import torch
 import torch.distributed as dist
 
 from . import _core
-from ._core import Compressor, Error, Sharded, SummableCast, codecs
+from ._core import Compressor, Sharded, SummableCast, codecs
+from . import _agree
 from ._checkpoint import gather_blobs
 
 __all__ = ["LocalSteps"]
@@ -284,22 +285,8 @@ class LocalSteps:
         return fn(*args, group=self.process_group, async_op=True) if self._world > 1 else None
 
     def _checked(self, decode) -> None:
-        """Runs a decode; every rank learns whether any rank's failed (one int32 MAX all-reduce) and
-        raises gradcomp.Error then, before anything is applied."""
-        error = None
-        try:
-            decode()
-        except Error as e:
-            error = e
-        if self._world > 1:
-            flag = torch.tensor([0 if error is None else 1], dtype=torch.int32)
-            dist.all_reduce(flag, op=dist.ReduceOp.MAX, group=self.process_group)
-            self.wire_bytes += 8 * (self._world - 1) // self._world
-            if error is None and int(flag) != 0:
-                error = Error("gradcomp.localsteps: another rank's payload failed its checks")
-                error.code = "peer_error"
-        if error is not None:
-            raise error
+        """Runs a decode; every rank raises gradcomp.Error when any rank's failed (_agree.checked)."""
+        self.wire_bytes += _agree.checked(decode, self._world, self.process_group, "gradcomp.localsteps")
 
     def _apply(self, fr: _Fragment, mix: float) -> None:
         local = fr.read()

@@ -42,6 +42,7 @@ import torch
 import torch.distributed as dist
 
 from ._core import Compressor, Error, Sharded, codecs
+from . import _agree
 from ._checkpoint import gather_blobs
 
 __all__ = ["OneBitAdam", "ZeroOneAdam"]
@@ -326,22 +327,8 @@ class _CompressedAdam(torch.optim.Optimizer):
             fn(out, inp, group=self.process_group)
 
     def _checked(self, decode) -> None:
-        """Runs a decode; every rank learns whether any rank's failed (one int32 MAX all-reduce)
-        and raises gradcomp.Error then, before anything is applied."""
-        error = None
-        try:
-            decode()
-        except Error as e:
-            error = e
-        if self._world > 1:
-            flag = torch.tensor([0 if error is None else 1], dtype=torch.int32)
-            dist.all_reduce(flag, op=dist.ReduceOp.MAX, group=self.process_group)
-            self.wire_bytes += 8 * (self._world - 1) // self._world
-            if error is None and int(flag) != 0:
-                error = Error("gradcomp.optim: another rank's payload failed its checks")
-                error.code = "peer_error"
-        if error is not None:
-            raise error
+        """Runs a decode; every rank raises gradcomp.Error when any rank's failed (_agree.checked)."""
+        self.wire_bytes += _agree.checked(decode, self._world, self.process_group, "gradcomp.optim")
 
     # --- checkpoints
 

@@ -22,14 +22,20 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _entry(rank, world, port, fn, args, out):
-    testing.init_process_group(rank, world, port)
+def _entry(rank, world, port, fn, args, out, torchrun):
+    if torchrun:  # torchrun's environment; the code under test initialises the process group itself
+        os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), LOCAL_RANK=str(rank),
+                          GROUP_RANK="0", NODE_RANK="0", WORLD_SIZE=str(world), LOCAL_WORLD_SIZE=str(world))
+        torch.set_num_threads(1)
+    else:
+        testing.init_process_group(rank, world, port)
     try:
         result = fn(rank, world, *args)
         if rank == 0:
             torch.save(result, out)
     finally:
-        dist.destroy_process_group()
+        if dist.is_initialized():
+            dist.destroy_process_group()
     # The work is done and saved: leave without the interpreter's teardown. With torch 2.15 and
     # gloo a rank sometimes aborts there, after its last Python frame ("terminate called without
     # an active exception" from a C++ destructor at exit), which would fail a passing test.
@@ -38,10 +44,13 @@ def _entry(rank, world, port, fn, args, out):
     os._exit(0)
 
 
-def run(world: int, fn, *args):
+def run(world: int, fn, *args, torchrun: bool = False):
+    """What rank 0's ``fn(rank, world, *args)`` returned. ``torchrun=True``: the ranks get
+    torchrun's environment variables instead of a process group (as a trainer expects to be
+    launched)."""
     with tempfile.TemporaryDirectory() as d:
         out = os.path.join(d, "result.pt")
-        mp.spawn(_entry, args=(world, _free_port(), fn, args, out), nprocs=world)
+        mp.spawn(_entry, args=(world, _free_port(), fn, args, out, torchrun), nprocs=world)
         return torch.load(out, weights_only=False)
 
 

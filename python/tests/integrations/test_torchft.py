@@ -23,9 +23,13 @@ SYNC_EVERY, SYNCS = 4, 3
 TIMEOUT = timedelta(seconds=30)
 
 
+_GLOBAL_RNG = threading.Lock()  # the replicas are threads: one seeds and draws at a time
+
+
 def _model():
-    torch.manual_seed(0)
-    return torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.Tanh(), torch.nn.Linear(64, 8))
+    with _GLOBAL_RNG:
+        torch.manual_seed(0)
+        return torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.Tanh(), torch.nn.Linear(64, 8))
 
 
 def _batch(replica, step):

@@ -1,38 +1,14 @@
-"""Run a function on `world` CPU processes with torchrun's environment variables, as the
-trainers expect to be launched; the trainer initialises the gloo process group itself."""
-
-import os
-import sys
-import tempfile
+"""What the trainer tests share: launching (torchrun's environment variables on `world` CPU
+processes; the trainer initialises the gloo process group itself), the task and the checks."""
 
 import torch
-import torch.distributed as dist
-import torch.multiprocessing as mp
 
 import dist_util
 
 
-def _entry(rank, world, port, fn, args, out):
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), LOCAL_RANK=str(rank),
-                      GROUP_RANK="0", NODE_RANK="0", WORLD_SIZE=str(world), LOCAL_WORLD_SIZE=str(world))
-    torch.set_num_threads(1)
-    result = fn(rank, world, *args)
-    if rank == 0:
-        torch.save(result, out)
-    if dist.is_initialized():
-        dist.destroy_process_group()
-    # As dist_util: skip the interpreter's teardown, where gloo sometimes aborts after the work is done.
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(0)
-
-
 def run(world: int, fn, *args):
-    """What rank 0's ``fn(rank, world, *args)`` returned."""
-    with tempfile.TemporaryDirectory() as d:
-        out = os.path.join(d, "result.pt")
-        mp.spawn(_entry, args=(world, dist_util._free_port(), fn, args, out), nprocs=world)
-        return torch.load(out, weights_only=False)
+    """What rank 0's ``fn(rank, world, *args)`` returned, launched as torchrun would."""
+    return dist_util.run(world, fn, *args, torchrun=True)
 
 
 def batches(count: int, batch: int = 8, seq: int = 32, first: int = 0):
