@@ -1,6 +1,7 @@
 """Hugging Face Accelerate at 2 CPU ranks (gloo, Accelerator(cpu=True) under torchrun's
 environment): gradcomp's hook registered on the prepared DDP model trains close to plain DDP;
-an unprepared model raises, an FSDP plugin ignored on CPU and a single process warn."""
+an unprepared model raises, an FSDP plugin ignored on CPU and a single process warn; local steps
+and 1-bit Adam on an unprepared model (every rank a replica) train and end identical."""
 
 import warnings
 
@@ -13,6 +14,8 @@ import torch.nn.functional as F  # noqa: E402
 
 from gradcomp import models  # noqa: E402
 from gradcomp.integrations import accelerate as gc_accelerate  # noqa: E402
+from gradcomp.localsteps import LocalSteps  # noqa: E402
+from gradcomp.optim import OneBitAdam  # noqa: E402
 
 import dist_util  # noqa: E402
 import trainer_util  # noqa: E402
@@ -74,6 +77,45 @@ def test_accelerate_register():
     fsdp = res["fsdp"]
     assert fsdp["type"] == "DistributedDataParallel" and fsdp["state"] == "HookState", fsdp
     assert any("ignores the FSDP plugin" in w for w in fsdp["warned"]), fsdp["warned"]
+
+
+def _replicas(rank, world):
+    # Local steps and 1-bit Adam need every rank to be a replica: the model is not prepared (no
+    # DDP); the Accelerator only starts the processes' group.
+    accelerator = accelerate.Accelerator(cpu=True)
+    out = {}
+    for name in ("localsteps", "onebit"):
+        torch.manual_seed(0)
+        net = models.TinyTransformer()
+        if name == "localsteps":
+            opt = torch.optim.SGD(net.parameters(), lr=0.1, momentum=0.9)
+            sync = LocalSteps(net, "int4", path="sharded", period=4, error_feedback=True)
+        else:
+            opt = sync = OneBitAdam(net.parameters(), lr=3e-3, warmup_steps=5)
+        for step, (x, y) in enumerate(trainer_util.batches(STEPS * world)):
+            if step % world != rank:
+                continue
+            loss = F.cross_entropy(net(x).flatten(0, 1), y.flatten())
+            opt.zero_grad()
+            accelerator.backward(loss)
+            opt.step()
+            if name == "localsteps":
+                sync.step()
+        sync.finish() if name == "localsteps" else sync.synchronize()
+        params = torch.cat([p.detach().flatten() for p in net.parameters()])
+        out[name] = {"loss": trainer_util.held_out_loss(net), "same": dist_util.all_same(params),
+                     "bytes": sync.bytes_sent, "numel": params.numel()}
+    out["start"] = trainer_util.held_out_loss(models.TinyTransformer())
+    return out
+
+
+def test_local_steps_and_one_bit_adam_beside_accelerate():
+    res = trainer_util.run(2, _replicas)
+    for name in ("localsteps", "onebit"):
+        r = res[name]
+        assert r["same"], name  # the replicas end identical
+        assert 0 < r["bytes"] < 0.5 * 4 * r["numel"] * STEPS, (name, r)  # well below fp32 every step
+        assert r["loss"] < 0.8 * res["start"], (name, r["loss"], res["start"])  # it trains
 
 
 def test_accelerate_single_process_warns():
