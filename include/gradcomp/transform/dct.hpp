@@ -50,20 +50,23 @@ GRADCOMP_HD inline double sqrt_of(double x) {
 // polynomial per element would dominate the transform), the device computes it.
 GRADCOMP_HD inline float lee_factor_of(std::size_t i, std::size_t b) { return static_cast<float>(0.5 / cos_pi(2 * i + 1, 2 * b)); }
 
-// Lee's factors of a block of b values: factors(b)[i].
+// Lee's factors of a block of b values: factors(b)[i]. (One layout on the host and the device;
+// only the host has the table.)
 struct lee_factors {
-#if GRADCOMP_DEVICE_CODE
-  std::size_t b;
-  GRADCOMP_HD float operator[](std::size_t i) const { return lee_factor_of(i, b); }
-#else
   const float* f;
-  float operator[](std::size_t i) const { return f[i]; }
+  std::size_t b;
+  GRADCOMP_HD float operator[](std::size_t i) const {
+#if GRADCOMP_DEVICE_CODE
+    return lee_factor_of(i, b);
+#else
+    return f[i];
 #endif
+  }
 };
 
 GRADCOMP_HD inline lee_factors factors(std::size_t b) {
 #if GRADCOMP_DEVICE_CODE
-  return {b};
+  return {nullptr, b};
 #else
   // Blocks of b = 2 .. 4096 values: the b / 2 factors of size b start at b / 2 - 1.
   struct table {
@@ -74,7 +77,7 @@ GRADCOMP_HD inline lee_factors factors(std::size_t b) {
     }
   };
   static const table t;
-  return {t.f + b / 2 - 1};
+  return {t.f + b / 2 - 1, b};
 #endif
 }
 
