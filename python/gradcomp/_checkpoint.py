@@ -31,6 +31,15 @@ class GroupMember:
         return dist.get_rank(self.process_group)
 
 
+def check_identity(sd: dict, fmt: int, identity: str, who: str) -> None:
+    """Raises ValueError unless the state dict ``sd`` has format ``fmt`` and was saved by an
+    object of ``identity`` (its configuration as a string); ``who`` names the caller."""
+    if sd.get("format") != fmt:
+        raise ValueError(f"{who}: checkpoint format {sd.get('format')!r}, expected {fmt}")
+    if sd.get("identity") != identity:
+        raise ValueError(f"{who}: checkpoint of {sd.get('identity')!r}, this one is {identity!r}")
+
+
 def collective_device(group) -> torch.device:
     """Where the group's collectives take their tensors: this rank's CUDA device for NCCL, else
     the CPU."""

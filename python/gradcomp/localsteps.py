@@ -51,7 +51,7 @@ import torch.distributed as dist
 from . import _core
 from ._core import Compressor, Sharded, SummableCast, codecs
 from . import _agree
-from ._checkpoint import gather_blobs
+from ._checkpoint import check_identity, gather_blobs
 
 __all__ = ["LocalSteps"]
 
@@ -351,10 +351,7 @@ class LocalSteps:
             gradcomp.Error: a corrupted codec state (``checksum_mismatch``, ...); nothing changes then.
         """
         sd = state_dict
-        if sd.get("format") != _FORMAT:
-            raise ValueError(f"gradcomp.localsteps: checkpoint format {sd.get('format')!r}, expected {_FORMAT}")
-        if sd.get("identity") != self._identity():
-            raise ValueError(f"gradcomp.localsteps: checkpoint of {sd.get('identity')!r}, this synchroniser is {self._identity()!r}")
+        check_identity(sd, _FORMAT, self._identity(), "gradcomp.localsteps")
         frags = sd["fragments"]
         if len(frags) != len(self._frags) or any(s["anchor"].numel() != fr.count for s, fr in zip(frags, self._frags)):
             raise ValueError("gradcomp.localsteps: checkpoint of another fragment layout")

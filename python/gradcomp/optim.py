@@ -43,7 +43,7 @@ import torch.distributed as dist
 
 from ._core import Compressor, Error, Sharded, codecs
 from . import _agree
-from ._checkpoint import gather_blobs
+from ._checkpoint import check_identity, gather_blobs
 
 __all__ = ["OneBitAdam", "ZeroOneAdam"]
 
@@ -255,12 +255,18 @@ class _CompressedAdam(torch.optim.Optimizer):
             fl.acc.copy_(acc)
             fl.lrsum, fl.decay = lrsum, decay
             return
+        self._close_window(fl, acc, lrsum, decay, bc1)
+
+    def _close_window(self, fl: _Flat, acc: torch.Tensor, lrsum: float, decay: float, bc1: float) -> None:
+        """Averages the window's lr-weighted mean momentum ``acc`` through the codec; every rank
+        then moves from the anchor (without local steps: its parameters) by the window's whole
+        update and takes the mean as its momentum."""
         self._exchange(fl, acc.div(self._world))  # raises on every rank before anything changes
         base = fl.views(fl.anchor) if fl.anchor is not None else fl.params
         for p, a, mv, dv in zip(fl.params, base, fl.views(fl.mean), fl.views(fl.denom)):
             if a is not p:
                 p.copy_(a)
-            if decoupled:
+            if decay != 1.0:
                 p.mul_(decay)
             p.addcdiv_(mv, dv, value=-lrsum / bc1)
         fl.m.copy_(fl.mean)
@@ -278,18 +284,8 @@ class _CompressedAdam(torch.optim.Optimizer):
         for group, fl in zip(self.param_groups, self._flats):
             if fl.lrsum == 0:
                 continue
-            lr, (beta1, _) = float(group["lr"]), group["betas"]
-            self._exchange(fl, fl.acc.div(self._world))
-            bc1 = 1 - beta1 ** float(min(self.steps, self.freeze_step))
-            for p, a, mv, dv in zip(fl.params, fl.views(fl.anchor), fl.views(fl.mean), fl.views(fl.denom)):
-                p.copy_(a)
-                if fl.decay != 1.0:
-                    p.mul_(fl.decay)
-                p.addcdiv_(mv, dv, value=-fl.lrsum / bc1)
-            fl.m.copy_(fl.mean)
-            fl.lrsum, fl.decay = 0.0, 1.0
-            fl.anchor.copy_(fl.read())
-            self.exchanges += 1
+            beta1 = group["betas"][0]
+            self._close_window(fl, fl.acc, fl.lrsum, fl.decay, 1 - beta1 ** float(min(self.steps, self.freeze_step)))
 
     # --- the exchange
 
@@ -368,10 +364,7 @@ class _CompressedAdam(torch.optim.Optimizer):
             gradcomp.Error: a corrupted codec state (``checksum_mismatch``, ...); nothing changes then.
         """
         sd = state_dict
-        if sd.get("format") != _FORMAT:
-            raise ValueError(f"gradcomp.optim: checkpoint format {sd.get('format')!r}, expected {_FORMAT}")
-        if sd.get("identity") != self._identity():
-            raise ValueError(f"gradcomp.optim: checkpoint of {sd.get('identity')!r}, this optimizer is {self._identity()!r}")
+        check_identity(sd, _FORMAT, self._identity(), "gradcomp.optim")
         if sd["world_size"] != self._world:
             raise ValueError(f"gradcomp.optim: checkpoint of {sd['world_size']} ranks, this run has {self._world} "
                              "(another world size is not supported)")

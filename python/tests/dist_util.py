@@ -54,6 +54,44 @@ def run(world: int, fn, *args, torchrun: bool = False):
         return torch.load(out, weights_only=False)
 
 
+def with_damaged_all_to_all(rank: int, step, at: int = 100):
+    """Runs ``step()`` while ``dist.all_to_all_single`` flips a bit of rank 0's received bytes
+    (byte ``len / 2 + at``) once each collective completes (at ``wait()`` for ``async_op=True``);
+    returns the ``gradcomp.Error`` code ``step()`` raised, or None."""
+    real = dist.all_to_all_single
+
+    def damage(out):
+        out[len(out) // 2 + at] ^= 0x40
+
+    class Damaged:
+        def __init__(self, work, out):
+            self.work, self.out = work, out
+
+        def wait(self):
+            self.work.wait()
+            damage(self.out)
+            return True
+
+    def damaged(out, inp, group=None, async_op=False):
+        if rank != 0:
+            return real(out, inp, group=group, async_op=async_op)
+        work = real(out, inp, group=group, async_op=True)
+        if async_op:
+            return Damaged(work, out)
+        work.wait()
+        damage(out)
+        return None
+
+    dist.all_to_all_single = damaged
+    try:
+        step()
+        return None
+    except gradcomp.Error as e:
+        return e.code
+    finally:
+        dist.all_to_all_single = real
+
+
 def bits(t) -> np.ndarray:
     """A tensor's (any device) or NumPy array's values as their bits (int16 or int32), on the
     host: float comparisons bit for bit."""

@@ -189,32 +189,11 @@ def _corrupted(rank, world):
     net = _net()
     sync = LocalSteps(net, "int8", path="sharded", period=2)
     opt = torch.optim.SGD(net.parameters(), lr=0.05)
-    real = dist.all_to_all_single
-
-    class Damaged:  # rank 0's received bytes damaged after the all-to-all completes
-        def __init__(self, work, out):
-            self.work, self.out = work, out
-
-        def wait(self):
-            self.work.wait()
-            self.out[len(self.out) // 2 + 100] ^= 0x40
-            return True
-
-    def damaged(out, inp, group=None, async_op=False):
-        return Damaged(real(out, inp, group=group, async_op=True), out) if rank == 0 else real(out, inp, group=group, async_op=async_op)
-
     _inner_step(net, opt, rank, 0)
     sync.step()
     _inner_step(net, opt, rank, 1)
     before = _flat(net).clone()
-    dist.all_to_all_single = damaged
-    try:
-        sync.step()
-        code = None
-    except gradcomp.Error as e:
-        code = e.code
-    finally:
-        dist.all_to_all_single = real
+    code = dist_util.with_damaged_all_to_all(rank, sync.step)
     return code, torch.equal(before, _flat(net)), rank
 
 
