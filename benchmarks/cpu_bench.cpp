@@ -295,7 +295,7 @@ void transform_rows() {
           for (std::size_t j = 0; j < b; ++j) hm.push_back(std::popcount(i & j) % 2 ? -scale : scale);
       }
       std::vector<float>& signs = fwd ? h.signs_before : h.signs_after;
-      for (std::size_t i = 0; i < n; ++i) signs.push_back(tf::negated(hc.seed, 0, 0, i) ? -1.0f : 1.0f);
+      for (std::size_t i = 0; i < n; ++i) signs.push_back(tf::negated(hc.seed, 0, i) ? -1.0f : 1.0f);
       for (std::size_t b = 2; b <= dc.block; b *= 2) {  // column j: the transform of the j-th unit vector
         std::vector<float>& cm = c.matrices[b];
         cm.resize(b * b);
@@ -303,15 +303,15 @@ void transform_rows() {
         for (std::size_t j = 0; j < b; ++j) {
           std::fill(e.begin(), e.end(), 0.0f);
           e[j] = 1.0f;
-          fwd ? tf::dct::forward_block(e.data(), tmp.data(), b) : tf::dct::inverse_block(e.data(), tmp.data(), b);
+          fwd ? tf::dct::forward_block(dc, 0, 0, e.data(), tmp.data(), b) : tf::dct::inverse_block(dc, 0, 0, e.data(), tmp.data(), b);
           for (std::size_t i = 0; i < b; ++i) cm[i * b + j] = e[i];
         }
       }
       add(op + "hadamard256/n:" + size_name(n), [=](benchmark::State& st) {
-        transform_row(st, n, h, [=](float* x) { fwd ? tf::hadamard::forward(hc, 0, 0, x, n) : tf::hadamard::inverse(hc, 0, 0, x, n); });
+        transform_row(st, n, h, [=](float* x) { fwd ? tf::forward<tf::hadamard>(hc, 0, x, n) : tf::inverse<tf::hadamard>(hc, 0, x, n); });
       });
       add(op + "dct64/n:" + size_name(n), [=](benchmark::State& st) {
-        transform_row(st, n, c, [=](float* x) { fwd ? tf::dct::forward(dc, x, n) : tf::dct::inverse(dc, x, n); });
+        transform_row(st, n, c, [=](float* x) { fwd ? tf::forward<tf::dct>(dc, 0, x, n) : tf::inverse<tf::dct>(dc, 0, x, n); });
       });
     }
 }

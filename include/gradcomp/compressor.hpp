@@ -1,6 +1,6 @@
 #pragma once
-// compressor<Partitioner, Sparsifier, Quantizer, Feedback>: the composition of four policies,
-// run on the CPU. Types compose (fixed at compile time); values configure (the `config`
+// compressor<Partitioner, Sparsifier, Quantizer, Feedback, Transform = transform::identity>:
+// the composition of the policies, run on the CPU. Types compose (fixed at compile time); values configure (the `config`
 // aggregate, changeable between steps, e.g. for a density warm-up).
 //
 //   using C = gradcomp::compressor<partition::chunks, sparsify::topk, quantize::bf16, feedback::residual>;
@@ -26,16 +26,16 @@
 
 namespace gradcomp {
 
-template <class Partitioner, class Sparsifier, class Quantizer, class Feedback>
-class compressor : public engine::detail::composition<Partitioner, Sparsifier, Quantizer, Feedback> {
-  using base = engine::detail::composition<Partitioner, Sparsifier, Quantizer, Feedback>;
+template <class Partitioner, class Sparsifier, class Quantizer, class Feedback, class Transform = transform::identity>
+class compressor : public engine::detail::composition<Partitioner, Sparsifier, Quantizer, Feedback, Transform> {
+  using base = engine::detail::composition<Partitioner, Sparsifier, Quantizer, Feedback, Transform>;
 
  public:
   using typename base::config;
   using base::base;
 
   // A state for gradients of n elements: residual and momentum (if the feedback keeps them),
-  // thresholds (sparsify::threshold) and the selection workspace, sized for this config
+  // thresholds (sparsify::threshold) and the workspace (selection, transformed chunk), sized for this config
   // (a larger density later needs a new state).
   state make_state(std::size_t n) const {
     state s;

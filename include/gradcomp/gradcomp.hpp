@@ -51,3 +51,6 @@
 #include "tagc.hpp"
 #include "tagc/config.hpp"
 #include "tagc/state.hpp"
+#include "transform/dct.hpp"
+#include "transform/hadamard.hpp"
+#include "transform/identity.hpp"

@@ -119,6 +119,7 @@ void each_option(Cfg& c, F&& f) {
   gc::for_each_option(c.sparsify, f);
   gc::for_each_option(c.quantize, f);
   gc::for_each_option(c.feedback, f);
+  gc::for_each_option(c.transform, f);
   gc::for_each_option(c, std::tuple{gc::option{"seed", &K::seed}, gc::option{"allow_non_finite", &K::allow_non_finite},
                                     gc::option{"compact_indices", &K::compact_indices}}, f);
 }
@@ -227,11 +228,11 @@ class codec_impl final : public codec {
   C comp_;
 };
 
-// Builds codec_impl<compressor<chunks, S, Q, F>> from options; F is residual feedback when
+// Builds codec_impl<compressor<chunks, S, Q, F, X>> from options; F is residual feedback when
 // error_feedback is set, none otherwise.
-template <class S, class Q, class F>
+template <class S, class Q, class F, class X = gc::transform::identity>
 std::unique_ptr<codec> build(const options& opts) {
-  using C = gc::compressor<gc::partition::chunks, S, Q, F>;
+  using C = gc::compressor<gc::partition::chunks, S, Q, F, X>;
   typename C::config cfg{};
   for (const auto& [key, value] : opts) {
     if (key == "error_feedback") continue;
@@ -240,11 +241,11 @@ std::unique_ptr<codec> build(const options& opts) {
   return std::make_unique<codec_impl<C>>(cfg);
 }
 
-template <class S, class Q>
+template <class S, class Q, class X = gc::transform::identity>
 std::unique_ptr<codec> build_with_feedback(const options& opts, bool default_feedback) {
   const auto it = opts.find("error_feedback");
   const bool ef = it == opts.end() ? default_feedback : as_bool("error_feedback", it->second);
-  return ef ? build<S, Q, gc::feedback::residual>(opts) : build<S, Q, gc::feedback::none>(opts);
+  return ef ? build<S, Q, gc::feedback::residual, X>(opts) : build<S, Q, gc::feedback::none, X>(opts);
 }
 
 // The DDP hook's all-gather block (gradcomp.ddp): [int32 payload size of each frame | the

@@ -109,7 +109,8 @@ TEST_CASE("malformed frames: each error kind, output untouched") {
     expect_rejected(comp, f, errc::unsupported_version);
   }
   SUBCASE("bad header fields") {
-    for (std::size_t off : {6u, 12u, 13u, 14u, 20u, 80u}) {
+    // 22: the transform word's reserved top half; 80: a transform seed without a transform
+    for (std::size_t off : {6u, 12u, 13u, 14u, 22u, 80u}) {
       auto f = good;
       f[off] = std::byte{0x77};
       expect_rejected(comp, f, errc::bad_header);
@@ -123,6 +124,9 @@ TEST_CASE("malformed frames: each error kind, output untouched") {
     expect_rejected(other, good, errc::codec_mismatch);
     compressor<partition::whole, sparsify::dense, quantize::bf16, feedback::none> dense;
     expect_rejected(dense, good, errc::codec_mismatch);
+    auto f = good;
+    f[20] = std::byte{0x77};  // a transform this receiver does not apply
+    expect_rejected(comp, resealed(f), errc::codec_mismatch);
   }
   SUBCASE("checksum mismatch: every single-byte corruption of the body or CRC is detected") {
     for (std::size_t off = frame::crc_offset; off < good.size(); ++off) {

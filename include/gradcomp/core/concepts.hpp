@@ -1,5 +1,5 @@
 #pragma once
-// The four policy kinds. A policy opts in with `using policy_kind = gradcomp::<kind>_tag;`
+// The five policy kinds. A policy opts in with `using policy_kind = gradcomp::<kind>_tag;`
 // and then must provide the members its concept lists. compressor<> checks the tag first and
 // each member separately, so a mistake is reported by name rather than as a template dump.
 
@@ -16,6 +16,7 @@ struct partitioner_tag {};
 struct sparsifier_tag {};
 struct quantizer_tag {};
 struct feedback_tag {};
+struct transform_tag {};
 
 struct chunk_range {
   std::size_t offset;  // first element of the chunk in the gradient buffer
@@ -148,5 +149,23 @@ concept momentum_feedback = feedback_members<F> && requires(const typename F::co
 
 template <class F>
 concept feedback_policy = has_policy_kind<F, feedback_tag> && has_validate<F> && feedback_members<F>;
+
+// --- Transform (optional, the identity by default): an orthogonal map applied per block of a
+// chunk before selection and quantization, inverted after decoding (transform/policy.hpp).
+// `word(config)` and `seed(config)` go into the frame header, so a receiver with another
+// transform refuses the frame; the identity's are 0. Blocks are powers of two of at most 4096
+// values; tmp holds as many floats.
+template <class X>
+concept transform_members = requires(const typename X::config& c, std::uint32_t chunk, std::size_t n, float* x) {
+  { X::is_identity } -> std::convertible_to<bool>;
+  { X::word(c) } -> std::same_as<std::uint32_t>;
+  { X::seed(c) } -> std::same_as<std::uint32_t>;
+  { X::block(c) } -> std::same_as<std::size_t>;
+  X::forward_block(c, chunk, n, x, x, n);
+  X::inverse_block(c, chunk, n, x, x, n);
+};
+
+template <class X>
+concept transform_policy = has_policy_kind<X, transform_tag> && has_validate<X> && transform_members<X>;
 
 }  // namespace gradcomp

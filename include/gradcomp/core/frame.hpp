@@ -38,6 +38,7 @@ struct header {
   index_format indices = index_format::none;
   std::uint16_t flags = 0;
   std::uint32_t chunk_id = 0;
+  std::uint32_t transform = 0;       // the transform's word (transform/policy.hpp); 0: identity
   std::uint64_t step = 0;
   std::uint64_t element_offset = 0;
   std::uint64_t dense_count = 0;
@@ -45,6 +46,7 @@ struct header {
   std::uint64_t meta_bytes = 0;
   std::uint64_t index_bytes = 0;
   std::uint64_t value_bytes = 0;
+  std::uint32_t transform_seed = 0;  // the transform's key (randomized Hadamard); 0 otherwise
   std::uint32_t crc = 0;
 
   GRADCOMP_HD constexpr std::size_t meta_offset() const { return header_bytes; }
@@ -63,7 +65,7 @@ GRADCOMP_HD inline void write_header(const header& h, std::byte* out) {
   store_le<std::uint8_t>(out + 13, static_cast<std::uint8_t>(h.indices));
   store_le<std::uint16_t>(out + 14, h.flags);
   store_le<std::uint32_t>(out + 16, h.chunk_id);
-  store_le<std::uint32_t>(out + 20, 0);
+  store_le<std::uint32_t>(out + 20, h.transform);
   store_le<std::uint64_t>(out + 24, h.step);
   store_le<std::uint64_t>(out + 32, h.element_offset);
   store_le<std::uint64_t>(out + 40, h.dense_count);
@@ -71,7 +73,7 @@ GRADCOMP_HD inline void write_header(const header& h, std::byte* out) {
   store_le<std::uint64_t>(out + 56, h.meta_bytes);
   store_le<std::uint64_t>(out + 64, h.index_bytes);
   store_le<std::uint64_t>(out + 72, h.value_bytes);
-  store_le<std::uint32_t>(out + 80, 0);
+  store_le<std::uint32_t>(out + 80, h.transform_seed);
   store_le<std::uint32_t>(out + crc_offset, 0);
 }
 
@@ -105,16 +107,18 @@ inline void seal(std::span<std::byte> frame) {
 
 // Parses and validates the header of the frame at p, of which `size` bytes are readable
 // (more frames may follow). Checks, in order: length, magic, version, header size, reserved
-// fields and flags, known dtype and index format, kept_count <= dense_count, section sizes
+// bits (the transform word's top half; a seed without a transform) and flags, known dtype and index format, kept_count <= dense_count, section sizes
 // within `size`, zero padding. Host and device; the CRC is checked by parse().
 GRADCOMP_HD inline result<header> parse_header(const std::byte* p, std::uint64_t size) {
   if (size < header_bytes) return status{errc::truncated, "fewer bytes than a frame header"};
   if (load_le<std::uint32_t>(p) != magic) return status{errc::bad_magic, "frame does not start with GCFR"};
   if (load_le<std::uint16_t>(p + 4) != version) return status{errc::unsupported_version, "frame version is not 1"};
   if (load_le<std::uint16_t>(p + 6) != header_bytes) return status{errc::bad_header, "header size is not 88"};
-  if (load_le<std::uint32_t>(p + 20) != 0 || load_le<std::uint32_t>(p + 80) != 0)
-    return status{errc::bad_header, "reserved header field is not zero"};
   header h;
+  h.transform = load_le<std::uint32_t>(p + 20);
+  h.transform_seed = load_le<std::uint32_t>(p + 80);
+  if ((h.transform >> 16) != 0 || (h.transform == 0 && h.transform_seed != 0))
+    return status{errc::bad_header, "reserved header field is not zero"};
   h.codec_id = load_le<std::uint32_t>(p + 8);
   const auto dt = load_le<std::uint8_t>(p + 12);
   if (dt != static_cast<std::uint8_t>(dtype::f32) && dt != static_cast<std::uint8_t>(dtype::bf16))

@@ -6,6 +6,8 @@
 #include <cstddef>
 #include <cstdint>
 #include <span>
+#include <type_traits>
+#include <vector>
 
 #include "../core/bits.hpp"
 #include "../core/byteio.hpp"
@@ -16,6 +18,7 @@
 #include "../engine/flow.hpp"
 #include "../engine/frame_checks.hpp"
 #include "../state.hpp"
+#include "../transform/policy.hpp"
 #include "decode.hpp"
 #include "encode.hpp"
 #include "randomk_select.hpp"
@@ -43,17 +46,27 @@ struct executor {
     }
   }
   // Workspace for gradients of n elements: the selection's scratch for the largest chunk,
-  // then room for its indices (and, for row top-k, their values: see kept_values).
+  // then room for its indices (and, for row top-k, their values: see kept_values), then, with
+  // a transform, the largest chunk transformed.
   template <class C>
   static std::size_t workspace_bytes(const C& comp, std::size_t n) {
+    if constexpr (C::transformed) return align8(selection_bytes(comp, n)) + 4 * largest_chunk(comp, n);
+    else return selection_bytes(comp, n);
+  }
+  template <class C>
+  static std::size_t selection_bytes(const C& comp, std::size_t n) {
     if constexpr (C::dense) {
       return 0;
     } else {
-      // (An invalid partition plan cannot be asked for chunks; compress refuses it anyway.)
-      const std::size_t c = C::partitioner::validate(comp.get_config().partition) ? comp.largest_chunk(n) : n;
+      const std::size_t c = largest_chunk(comp, n);
       const std::size_t kept = C::sparsifier::kept(comp.get_config().sparsify, c);
       return align8(selector_bytes(comp, c)) + 4 * kept + (kept_values<C> ? 4 * (row_topk_selector::out_slack + kept) : 0);
     }
+  }
+  // (An invalid partition plan cannot be asked for chunks; compress refuses it anyway.)
+  template <class C>
+  static std::size_t largest_chunk(const C& comp, std::size_t n) {
+    return C::partitioner::validate(comp.get_config().partition) ? comp.largest_chunk(n) : n;
   }
   // Row top-k writes the kept values beside their indices while each row is in cache, so that
   // encode reads them in order rather than gathering them from the whole chunk.
@@ -91,6 +104,7 @@ struct executor {
   struct compress_job {
     const C& comp;
     std::span<const T> grad;
+    float* transformed;        // with a transform: the current chunk, transformed (workspace)
     state& st;
     std::span<std::byte> payload;
     engine::detail::chunk_span chunks;
@@ -105,7 +119,8 @@ struct executor {
   template <class C, class T>
   compress_job<C, T> start_compress(const C& comp, std::span<const T> grad, state& st, std::span<std::byte> payload,
                                     const engine::detail::chunk_span& chunks) const {
-    return {comp, grad, st, payload, chunks, streaming_stores(comp.get_config().stores, chunks.payload_bytes)};
+    float* const t = C::transformed ? reinterpret_cast<float*>(st.workspace.data() + align8(selection_bytes(comp, st.size))) : nullptr;
+    return {comp, grad, t, st, payload, chunks, streaming_stores(comp.get_config().stores, chunks.payload_bytes)};
   }
   template <class J>
   std::size_t chunks_per_batch(const J&) const {
@@ -158,7 +173,7 @@ struct executor {
         return job.values + m0;  // written by the selection
       } else if constexpr (!C::dense) {
         for (std::size_t m = 0; m < n; ++m) xs[m] = fb.value(job.idx[m0 + m]);  // x was stored by the selection's scan
-      } else if constexpr (std::is_same_v<T, float> && !feeds_back && !C::has_momentum) {
+      } else if constexpr (std::is_same_v<source_type<C, T>, float> && !feeds_back && !C::has_momentum) {
         return fb.g + m0;  // the gradient itself: no copy
       } else {
         for (std::size_t m = 0; m < n; ++m) xs[m] = fb.peek(m0 + m);
@@ -236,9 +251,14 @@ struct executor {
 
   template <class C, class T>
   void apply_frames(decode_job<C, T>& job) const {
+    [[maybe_unused]] std::vector<float> chunk;  // with a transform: a frame's chunk before its inverse
     for (std::size_t at = 0; at < job.payload.size();) {
       const auto h = frame::parse(job.payload.subspan(at), false);
-      apply_frame<C>(job.comp.get_config(), *h, job.payload.data() + at, job.out.data(), job.add, job.streaming);
+      if constexpr (C::transformed) {
+        apply_inverse(job, *h, job.payload.data() + at, chunk);
+      } else {
+        apply_frame<C>(job.comp.get_config(), *h, job.payload.data() + at, job.out.data(), job.add, job.streaming);
+      }
       at += h->frame_bytes();
     }
   }
@@ -249,6 +269,24 @@ struct executor {
   }
 
  private:
+  // A frame of a transformed composition: decoded into `chunk`, inverted there, then written
+  // (or added) to its place in out.
+  template <class C, class T>
+  static void apply_inverse(decode_job<C, T>& job, frame::header h, const std::byte* f, std::vector<float>& chunk) {
+    const auto& cfg = job.comp.get_config();
+    const std::size_t offset = h.element_offset;
+    chunk.resize(h.dense_count);
+    h.element_offset = 0;
+    apply_frame<C>(cfg, h, f, chunk.data(), false, false);
+    transform::inverse<typename C::transform>(cfg.transform, h.chunk_id, chunk.data(), h.dense_count);
+    T* const to = job.out.data() + offset;
+    if (job.add) {
+      for (std::size_t j = 0; j < h.dense_count; ++j) to[j] = from_float<T>(canonical_nan(to_float(to[j]) + chunk[j]));
+    } else {
+      for (std::size_t j = 0; j < h.dense_count; ++j) to[j] = from_float<T>(chunk[j]);
+    }
+  }
+
   // The header of chunk i's frame before selection (a u32 index list of the most it may keep).
   template <class C, class T>
   static void start_frame(compress_job<C, T>& job, std::size_t i) {
@@ -259,17 +297,29 @@ struct executor {
     h.step = job.st.step;
     h.element_offset = r.offset;
     job.h = h;
+    if constexpr (C::transformed) {
+      const T* g = job.grad.data() + r.offset;
+      for (std::size_t j = 0; j < r.count; ++j) job.transformed[j] = to_float(g[j]);
+      transform::forward<typename C::transform>(job.comp.get_config().transform, h.chunk_id, job.transformed, r.count);
+    }
   }
+
+  // What the feedback and selection read: the gradient, or with a transform its chunk
+  // transformed (fp32 whatever the gradient's type).
+  template <class C, class T>
+  using source_type = std::conditional_t<C::transformed, float, T>;
 
   template <class C, class T>
   static auto feedback_of(const compress_job<C, T>& job) {
     using F = typename C::feedback;
     const frame::header& h = job.h;
-    const T* g = job.grad.data() + h.element_offset;
+    const source_type<C, T>* g;
+    if constexpr (C::transformed) g = job.transformed;
+    else g = job.grad.data() + h.element_offset;
     float* e = F::has_state ? job.st.residual.data() + h.element_offset : nullptr;
     float* u = C::has_momentum ? job.st.momentum.data() + h.element_offset : nullptr;
     const auto& fc = job.comp.get_config().feedback;
-    return engine::detail::element_feedback<F, T>{fc, g, e, u, engine::detail::clip_factor<F>(fc, g, h.dense_count)};
+    return engine::detail::element_feedback<F, source_type<C, T>>{fc, g, e, u, engine::detail::clip_factor<F>(fc, g, h.dense_count)};
   }
 
   // Selects the chunk's sent elements into idx (the kind's selector_for, cpu/selector.hpp);

@@ -1,6 +1,6 @@
 #pragma once
-// composition<Partitioner, Sparsifier, Quantizer, Feedback>: what four policies mean together,
-// independent of any backend. It holds the run-time config and answers every question both
+// composition<Partitioner, Sparsifier, Quantizer, Feedback, Transform>: what the policies mean
+// together, independent of any backend. It holds the run-time config and answers every question both
 // backends must answer alike: the codec id, the chunk plan, frame sizes and section layout,
 // and the checks of a received frame's header. compressor<> (CPU) derives from it; the CUDA
 // backend takes the same object. The policies are checked one member at a time, so a mistake
@@ -18,10 +18,11 @@
 #include "../core/numeric.hpp"
 #include "../core/status.hpp"
 #include "../core/stores.hpp"
+#include "../transform/identity.hpp"
 
 namespace gradcomp::engine::detail {
 
-template <class Partitioner, class Sparsifier, class Quantizer, class Feedback>
+template <class Partitioner, class Sparsifier, class Quantizer, class Feedback, class Transform = transform::identity>
 class composition {
   static_assert(has_policy_kind<Partitioner, partitioner_tag>,
                 "gradcomp::compressor: the 1st argument is not a partitioner: it lacks "
@@ -65,6 +66,12 @@ class composition {
   static_assert(feedback_members<Feedback>,
                 "gradcomp::compressor: the feedback needs `has_state`, `combine(config, g, e)` and "
                 "`remainder(config, x, sent)`");
+  static_assert(has_policy_kind<Transform, transform_tag>,
+                "gradcomp::compressor: the 5th argument is not a transform: it lacks "
+                "`using policy_kind = gradcomp::transform_tag;`");
+  static_assert(transform_policy<Transform>,
+                "gradcomp::compressor: the transform needs `struct config`, `validate`, `is_identity`, `word`, `seed`, "
+                "`block`, `forward_block` and `inverse_block` (gradcomp/transform/identity.hpp)");
   // Only reported once the policy is otherwise complete, so one mistake gives one message.
   static_assert(!sparsifier_policy<Sparsifier> || ids::id_allowed<Sparsifier>,
                 "gradcomp::compressor: the sparsifier's `id` lies in the library's range [1, 127]: a sparsifier "
@@ -82,6 +89,7 @@ class composition {
   using sparsifier = Sparsifier;
   using quantizer = Quantizer;
   using feedback = Feedback;
+  using transform = Transform;
   using code_type = typename Quantizer::code_type;
   using meta_type = typename Quantizer::meta;
   static constexpr unsigned code_bits = Quantizer::bits;
@@ -90,12 +98,16 @@ class composition {
   // Sparse frames other than random-k carry an index list (u32, delta or bitmap).
   static constexpr bool listed = !dense && kind != selection::random;
   static constexpr bool has_momentum = momentum_feedback<Feedback>;
+  // A transform other than the identity: chunks are transformed before selection and
+  // quantization (feedback then lives in the transformed domain) and inverted after decoding.
+  static constexpr bool transformed = !Transform::is_identity;
 
   struct config {
     typename Partitioner::config partition{};
     typename Sparsifier::config sparsify{};
     typename Quantizer::config quantize{};
     typename Feedback::config feedback{};
+    typename Transform::config transform{};
     // false: compress rejects NaN/inf gradients and decoding rejects frames carrying them.
     // true (default): they travel like any value, so mixed-precision loss scaling sees them.
     bool allow_non_finite = true;
@@ -122,7 +134,8 @@ class composition {
     if (auto s = Quantizer::validate(cfg_.quantize); !s) return s;
     if (Quantizer::group_size(cfg_.quantize) > max_group_size)
       return {errc::invalid_argument, "quantizer groups hold at most max_group_size (4096) values"};
-    return Feedback::validate(cfg_.feedback);
+    if (auto s = Feedback::validate(cfg_.feedback); !s) return s;
+    return Transform::validate(cfg_.transform);
   }
 
   // Identifies the frame format: sparsifier, quantizer and the quantizer's format parameters.
@@ -163,6 +176,8 @@ class composition {
   frame::header layout(std::size_t kept, std::size_t count) const {
     frame::header h = frame_layout(cfg_, kept, count);
     h.codec_id = codec_id();
+    h.transform = Transform::word(cfg_.transform);
+    h.transform_seed = Transform::seed(cfg_.transform);
     return h;
   }
 
@@ -214,11 +229,13 @@ class composition {
     return false;
   }
 
-  // Header fields against the receiver: codec, chunk plan for a buffer of n elements, and
+  // Header fields against the receiver: codec and transform, chunk plan for a buffer of n elements, and
   // section sizes implied by the kept count. Assumes frame::parse_header() succeeded.
   GRADCOMP_HD static status check_frame_header(const config& c, std::uint32_t codec, const frame::header& h,
                                                std::size_t n) {
     if (h.codec_id != codec) return {errc::codec_mismatch, "frame codec id differs from the compressor's"};
+    if (h.transform != Transform::word(c.transform) || h.transform_seed != Transform::seed(c.transform))
+      return {errc::codec_mismatch, "frame transform differs from the compressor's"};
     if (!index_format_allowed(h.indices)) return {errc::codec_mismatch, "frame index format differs from the sparsifier's"};
     const std::size_t element_bytes = h.source_dtype == dtype::f32 ? 4 : 2;
     if (h.chunk_id >= Partitioner::chunk_count(c.partition, n, element_bytes))

@@ -1,6 +1,6 @@
 #pragma once
 // The chunked DCT-II (DeMo sends the largest DCT coefficients of chunks of the momentum): per
-// block of b = 2^m values (transform/blocks.hpp) the orthonormal DCT-II,
+// block of b = 2^m values (transform/policy.hpp) the orthonormal DCT-II,
 //   X_k = c_k sum_n x_n cos(pi (2n + 1) k / (2b)),   c_0 = sqrt(1/b), c_k = sqrt(2/b),
 // by Lee's recursive factorisation (b/2 log2 b multiplications, no matrix), and its inverse, the
 // orthonormal DCT-III. Smooth signals (a momentum's slow components) gather in the low
@@ -12,10 +12,13 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <tuple>
 
 #include "../core/bits.hpp"
 #include "../core/config.hpp"
-#include "blocks.hpp"
+#include "../core/options.hpp"
+#include "../core/status.hpp"
+#include "policy.hpp"
 
 namespace gradcomp::transform {
 GRADCOMP_PRECISE_BEGIN
@@ -121,21 +124,31 @@ GRADCOMP_HD_CALL inline void dct3_unscaled(float* x, float* tmp, std::size_t b) 
   }
 }
 
+// The transform policy (compressor<..., transform::dct>): DCT-II of `block` values.
 struct dct {
+  using policy_kind = transform_tag;
+  static constexpr bool is_identity = false;
+  static constexpr std::uint32_t id = 2;
   struct config {
     std::uint32_t block = 64;  // values per block: a power of two, 2 to 4096
+    static constexpr auto options() { return std::tuple{option{"dct_block", &config::block}}; }
   };
-  static constexpr bool valid_block(std::size_t b) { return is_power_of_two(b) && b >= 2 && b <= 4096; }
+  static status validate(const config& c) {
+    return valid_block(c.block) ? status{} : status{errc::invalid_argument, "dct: block is a power of two from 2 to 4096"};
+  }
+  GRADCOMP_HD static std::uint32_t word(const config& c) { return transform_word(id, c.block); }
+  GRADCOMP_HD static std::uint32_t seed(const config&) { return 0; }
+  GRADCOMP_HD static std::size_t block(const config& c) { return c.block; }
 
   // One block of b values at x (tmp: b floats), forward (orthonormal DCT-II) or inverse.
-  GRADCOMP_HD static void forward_block(float* x, float* tmp, std::size_t b) {
+  GRADCOMP_HD static void forward_block(const config&, std::uint32_t, std::size_t, float* x, float* tmp, std::size_t b) {
     dct2_unscaled(x, tmp, b);
     const float c0 = static_cast<float>(sqrt_of(1.0 / static_cast<double>(b)));
     const float ck = static_cast<float>(sqrt_of(2.0 / static_cast<double>(b)));
     x[0] *= c0;
     for (std::size_t k = 1; k < b; ++k) x[k] *= ck;
   }
-  GRADCOMP_HD static void inverse_block(float* x, float* tmp, std::size_t b) {
+  GRADCOMP_HD static void inverse_block(const config&, std::uint32_t, std::size_t, float* x, float* tmp, std::size_t b) {
     // The DCT-II matrix C has C C^T = diag(b, b/2, ..., b/2), so the inverse of X = D C x with
     // D = diag(c_k) is x = C^T D X.
     const float d0 = static_cast<float>(sqrt_of(1.0 / static_cast<double>(b)));
@@ -143,16 +156,6 @@ struct dct {
     x[0] *= d0;
     for (std::size_t k = 1; k < b; ++k) x[k] *= dk;
     dct3_unscaled(x, tmp, b);
-  }
-
-  // A whole chunk of n values, in place (host).
-  static void forward(const config& c, float* x, std::size_t n) {
-    float tmp[4096];
-    for_each_block(n, c.block, [&](std::size_t at, std::size_t b) { forward_block(x + at, tmp, b); });
-  }
-  static void inverse(const config& c, float* x, std::size_t n) {
-    float tmp[4096];
-    for_each_block(n, c.block, [&](std::size_t at, std::size_t b) { inverse_block(x + at, tmp, b); });
   }
 };
 

@@ -1,6 +1,6 @@
 #pragma once
 // The seeded randomized Hadamard transform (THC; the rotations of QuaRot-style quantizers): per
-// block of b = 2^m values (transform/blocks.hpp), y = 2^-ceil(m/2) H D x, with D a diagonal of
+// block of b = 2^m values (transform/policy.hpp), y = 2^-ceil(m/2) H D x, with D a diagonal of
 // random signs and H the Walsh-Hadamard matrix (entries +-1, H H = b I), computed by the
 // butterfly (m passes of sums and differences, b log2 b additions, no matrix). The inverse is
 // x = 2^-floor(m/2) D H y. Both scales are powers of two, so they round nothing: the inverse
@@ -10,18 +10,21 @@
 // It spreads a block's energy evenly: an outlier becomes b values of magnitude |x| / sqrt(b),
 // so a group scale set by max |y| wastes far fewer levels on heavy-tailed data.
 //
-// The signs come from Philox (core/philox.hpp) with key (seed, step) and counter (element
-// index, chunk, stream transform): every rank and both backends draw the same D for a chunk of
-// a step. The arithmetic is adds and subtracts in a fixed order (GRADCOMP_HD): the same bits
-// on the host and the device.
+// The signs come from Philox (core/philox.hpp) with key (seed, 0) and counter (element index,
+// chunk, stream transform): every rank, every step and both backends draw the same D for a
+// chunk, so a residual or momentum kept in the rotated domain stays in it. The arithmetic is
+// adds and subtracts in a fixed order (GRADCOMP_HD): the same bits on the host and the device.
 
 #include <cstddef>
 #include <cstdint>
+#include <tuple>
 
 #include "../core/bits.hpp"
 #include "../core/config.hpp"
 #include "../core/philox.hpp"
-#include "blocks.hpp"
+#include "../core/options.hpp"
+#include "../core/status.hpp"
+#include "policy.hpp"
 
 namespace gradcomp::transform {
 GRADCOMP_PRECISE_BEGIN
@@ -29,19 +32,13 @@ GRADCOMP_PRECISE_BEGIN
 inline constexpr std::uint32_t transform_stream = 4;  // the Philox stream of the signs
 
 // The sign of element j of a chunk: bit j % 32 of Philox word j / 32.
-GRADCOMP_HD inline bool negated(std::uint32_t seed, std::uint64_t step, std::uint32_t chunk, std::uint64_t j) {
-  const std::uint32_t word = philox_at(seed, step, chunk, static_cast<random_stream>(transform_stream), j / 32);
+GRADCOMP_HD inline bool negated(std::uint32_t seed, std::uint32_t chunk, std::uint64_t j) {
+  const std::uint32_t word = philox_at(seed, 0, chunk, static_cast<random_stream>(transform_stream), j / 32);
   return ((word >> (j % 32)) & 1u) != 0;
 }
 
 // 2^-e as a float (e < 64).
 GRADCOMP_HD inline float pow2_neg(unsigned e) { return bits_float(static_cast<std::uint32_t>(127 - e) << 23); }
-
-GRADCOMP_HD inline unsigned log2_of(std::size_t b) {
-  unsigned m = 0;
-  while ((std::size_t{1} << m) < b) ++m;
-  return m;
-}
 
 // In place: the unnormalised Walsh-Hadamard transform of x[0, b), b a power of two. Plain sums
 // and differences, which the compiler vectorises; a NaN's payload may differ between the host
@@ -71,10 +68,10 @@ GRADCOMP_HD inline void walsh_hadamard(float* x, std::size_t b) {
 
 // x[j] = -x[j] where element offset + j of the chunk is negated (one Philox word per 32
 // elements), every NaN made canonical.
-GRADCOMP_HD inline void apply_signs(std::uint32_t seed, std::uint64_t step, std::uint32_t chunk, std::size_t offset, float* x, std::size_t b) {
+GRADCOMP_HD inline void apply_signs(std::uint32_t seed, std::uint32_t chunk, std::size_t offset, float* x, std::size_t b) {
   for (std::size_t j = 0; j < b;) {
     const std::uint64_t at = offset + j;
-    const std::uint32_t word = philox_at(seed, step, chunk, static_cast<random_stream>(transform_stream), at / 32);
+    const std::uint32_t word = philox_at(seed, 0, chunk, static_cast<random_stream>(transform_stream), at / 32);
     const std::size_t first = at % 32, count = 32 - first < b - j ? 32 - first : b - j;
     std::uint32_t w = word >> first;
     for (std::size_t k = 0; k < count; ++k, w >>= 1)  // -x: the sign bit flipped
@@ -83,35 +80,39 @@ GRADCOMP_HD inline void apply_signs(std::uint32_t seed, std::uint64_t step, std:
   }
 }
 
+// The transform policy (compressor<..., transform::hadamard>): rotations of `block` values.
 struct hadamard {
+  using policy_kind = transform_tag;
+  static constexpr bool is_identity = false;
+  static constexpr std::uint32_t id = 1;
   struct config {
     std::uint32_t block = 256;  // values per block: a power of two, 2 to 4096
-    std::uint32_t seed = 0;     // the signs' key (with the step)
+    std::uint32_t seed = 0;     // the signs' key
+    static constexpr auto options() {
+      return std::tuple{option{"rotation_block", &config::block}, option{"rotation_seed", &config::seed}};
+    }
   };
-  static constexpr bool valid_block(std::size_t b) { return is_power_of_two(b) && b >= 2 && b <= 4096; }
+  static status validate(const config& c) {
+    return valid_block(c.block) ? status{} : status{errc::invalid_argument, "hadamard: block is a power of two from 2 to 4096"};
+  }
+  GRADCOMP_HD static std::uint32_t word(const config& c) { return transform_word(id, c.block); }
+  GRADCOMP_HD static std::uint32_t seed(const config& c) { return c.seed; }
+  GRADCOMP_HD static std::size_t block(const config& c) { return c.block; }
 
   // One block at `offset` of chunk `chunk` (b values at x), forward (y = s H D x) or inverse.
-  GRADCOMP_HD static void forward_block(const config& c, std::uint64_t step, std::uint32_t chunk, std::size_t offset, float* x,
+  GRADCOMP_HD static void forward_block(const config& c, std::uint32_t chunk, std::size_t offset, float* x, float*,
                                         std::size_t b) {
-    apply_signs(c.seed, step, chunk, offset, x, b);
+    apply_signs(c.seed, chunk, offset, x, b);
     walsh_hadamard(x, b);
     const float s = pow2_neg((log2_of(b) + 1) / 2);
     for (std::size_t j = 0; j < b; ++j) x[j] = canonical_nan(x[j] * s);
   }
-  GRADCOMP_HD static void inverse_block(const config& c, std::uint64_t step, std::uint32_t chunk, std::size_t offset, float* x,
+  GRADCOMP_HD static void inverse_block(const config& c, std::uint32_t chunk, std::size_t offset, float* x, float*,
                                         std::size_t b) {
     walsh_hadamard(x, b);
     const float s = pow2_neg(log2_of(b) / 2);
     for (std::size_t j = 0; j < b; ++j) x[j] *= s;
-    apply_signs(c.seed, step, chunk, offset, x, b);
-  }
-
-  // A whole chunk of n values, in place (host; the device runs a block per thread group).
-  static void forward(const config& c, std::uint64_t step, std::uint32_t chunk, float* x, std::size_t n) {
-    for_each_block(n, c.block, [&](std::size_t at, std::size_t b) { forward_block(c, step, chunk, at, x + at, b); });
-  }
-  static void inverse(const config& c, std::uint64_t step, std::uint32_t chunk, float* x, std::size_t n) {
-    for_each_block(n, c.block, [&](std::size_t at, std::size_t b) { inverse_block(c, step, chunk, at, x + at, b); });
+    apply_signs(c.seed, chunk, offset, x, b);
   }
 };
 

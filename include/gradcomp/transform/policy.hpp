@@ -1,0 +1,64 @@
+#pragma once
+// What the transform policies (identity.hpp, hadamard.hpp, dct.hpp) share: how a transform
+// covers a chunk of any length, and the header word that names it.
+//
+// Blocks: full blocks of `block` values (a power of two), then the tail cut into decreasing
+// powers of two (the binary digits of its length), so every block has a power-of-two size and
+// the chunk keeps its length. A block never straddles two chunks, so each chunk is transformed
+// (and inverted) on its own.
+
+#include <cstddef>
+#include <cstdint>
+
+#include "../core/concepts.hpp"
+#include "../core/config.hpp"
+
+namespace gradcomp::transform {
+
+GRADCOMP_HD constexpr bool is_power_of_two(std::size_t b) { return b != 0 && (b & (b - 1)) == 0; }
+GRADCOMP_HD constexpr bool valid_block(std::size_t b) { return is_power_of_two(b) && b >= 2 && b <= 4096; }
+inline constexpr std::size_t max_block = 4096;
+
+GRADCOMP_HD constexpr unsigned log2_of(std::size_t b) {
+  unsigned m = 0;
+  while ((std::size_t{1} << m) < b) ++m;
+  return m;
+}
+
+// The frame header's transform word (docs/wire-format.md): the transform's id in bits 0-7,
+// log2 of its block in bits 8-15; 0 for the identity.
+GRADCOMP_HD constexpr std::uint32_t transform_word(std::uint32_t id, std::size_t block) { return id | (log2_of(block) << 8); }
+
+// The block that starts at `offset` of a chunk of n values (offset < n): its length.
+GRADCOMP_HD constexpr std::size_t block_at(std::size_t n, std::size_t block, std::size_t offset) {
+  const std::size_t full = n - n % block;
+  if (offset < full) return block;
+  std::size_t left = n - offset, b = block >> 1;  // the tail: its highest binary digit first
+  while (b > left) b >>= 1;
+  return b;
+}
+
+// Calls f(offset, length) for every block of a chunk of n values, in order (host; a device
+// kernel gives each block to a group of threads).
+template <class F>
+void for_each_block(std::size_t n, std::size_t block, F&& f) {
+  for (std::size_t at = 0; at < n;) {
+    const std::size_t b = block_at(n, block, at);
+    f(at, b);
+    at += b;
+  }
+}
+
+// Chunk `chunk` of n values at x, in place, forward or back (host).
+template <transform_policy X>
+void forward(const typename X::config& c, std::uint32_t chunk, float* x, std::size_t n) {
+  float tmp[max_block];
+  for_each_block(n, X::block(c), [&](std::size_t at, std::size_t b) { X::forward_block(c, chunk, at, x + at, tmp, b); });
+}
+template <transform_policy X>
+void inverse(const typename X::config& c, std::uint32_t chunk, float* x, std::size_t n) {
+  float tmp[max_block];
+  for_each_block(n, X::block(c), [&](std::size_t at, std::size_t b) { X::inverse_block(c, chunk, at, x + at, tmp, b); });
+}
+
+}  // namespace gradcomp::transform
