@@ -1,4 +1,4 @@
-"""1-bit Adam and 0-1 Adam: Adam whose momentum is averaged through a gradcomp codec.
+"""1-bit Adam, 0-1 Adam and DeMo: optimizers whose momentum travels through a gradcomp codec.
 
 Every rank holds a full replica of the model (no DDP: the optimizer does the exchanges itself;
 ``OneBitAdam(ddp_model)`` raises ``ValueError``). Both optimizers are one algorithm with two
@@ -28,6 +28,11 @@ Bias corrections are Adam's, ``bc1 = 1 - beta1^t`` and ``bc2 = 1 - beta2^k`` (k:
 updates so far), and stop changing at the freeze. docs/optimizers.md in the repository has the
 options, the bytes and what is tested.
 
+:class:`DeMo` (Peng et al. 2024, decoupled momentum) keeps each rank's momentum its own: every
+step it sends the largest DCT coefficients of its momentum (codec ``dct_topk``: the DCT of
+blocks of 64 values, the top 32 of each row of 4096), subtracts what it sent, and steps by the
+sign of the mean of what every rank sent.
+
 Errors: a bad option raises ``ValueError`` naming it; a corrupted or foreign payload raises
 :class:`gradcomp.Error` on every rank (a one-word all-reduce after each decode tells every rank)
 before the parameters or the moments change.
@@ -45,11 +50,12 @@ from ._core import Compressor, Error, Sharded, codecs
 from . import _agree
 from ._checkpoint import check_identity, gather_blobs
 
-__all__ = ["OneBitAdam", "ZeroOneAdam"]
+__all__ = ["DeMo", "OneBitAdam", "ZeroOneAdam"]
 
 _PATHS = ("sharded", "gather")
 _FULL_STEPS = ("fp32", "bf16")  # the gradient all-reduce of the full (variance-updating) steps
 _FORMAT = 1
+_DEMO_CODEC = {"cols": 4096, "k_per_row": 32, "dct_block": 64}  # DeMo's 32 of 64 x 64, as rows
 
 
 def _align8(n: int) -> int:
@@ -94,14 +100,14 @@ class _CompressedAdam(torch.optim.Optimizer):
                              "itself: pass the unwrapped model's parameters (every rank a full replica)")
         if isinstance(params, torch.nn.Module):
             params = params.parameters()
-        _check(lr, betas, eps, weight_decay, codec, path)
+        _check(lr, weight_decay, codec, path, betas, eps)
         if full_steps not in _FULL_STEPS:
             raise ValueError(f"gradcomp.optim: full_steps must be one of {', '.join(_FULL_STEPS)} (got {full_steps!r})")
         defaults = dict(lr=lr, betas=tuple(betas), eps=eps, weight_decay=weight_decay,
                         decoupled_weight_decay=bool(decoupled_weight_decay))
         super().__init__(params, defaults)
         for group in self.param_groups:
-            _check(group["lr"], group["betas"], group["eps"], group["weight_decay"], codec, path)
+            _check(group["lr"], group["weight_decay"], codec, path, group["betas"], group["eps"])
             for p in group["params"]:
                 if type(p).__name__ == "DTensor" or type(p.data).__name__ == "DTensor":
                     raise ValueError("gradcomp.optim: a sharded (FSDP2 / DTensor) parameter: the optimizer needs every "
@@ -515,7 +521,7 @@ def _check_int(name: str, value, least: int) -> None:
         raise ValueError(f"gradcomp.optim: {name} must be an int >= {least}, not {value!r}")
 
 
-def _check(lr, betas, eps, weight_decay, codec, path) -> None:
+def _check(lr, weight_decay, codec, path, betas=(0.0, 0.0), eps=1.0) -> None:
     if not (isinstance(lr, (int, float)) and math.isfinite(lr) and lr >= 0):
         raise ValueError(f"gradcomp.optim: lr must be a finite float >= 0, not {lr!r}")
     if len(betas) != 2 or not all(0.0 <= b < 1.0 for b in betas):
@@ -528,3 +534,178 @@ def _check(lr, betas, eps, weight_decay, codec, path) -> None:
         raise ValueError(f"gradcomp.optim: codec {codec!r} is not one of gradcomp.codecs(): {sorted(codecs())}")
     if path not in _PATHS:
         raise ValueError(f"gradcomp.optim: path must be one of {_PATHS}, not {path!r}")
+
+
+class DeMo(torch.optim.Optimizer):
+    """DeMo, decoupled momentum (Peng et al. 2024): each rank keeps its own momentum and every
+    step sends only its fast components, the largest DCT coefficients.
+
+    Per parameter group, as one flat vector: ``d = decay * d + lr * g`` (the local gradient);
+    ``q = compress(d)`` with the codec (default ``dct_topk``: the orthonormal DCT-II of blocks of
+    ``dct_block`` values, the ``k_per_row`` largest coefficients of each row of ``cols`` values,
+    bf16 values); ``d -= decode(q)`` (what was sent leaves the momentum, which thereby is the
+    error feedback); every rank's ``q`` is all-gathered and decoded into the mean ``u``; then
+    ``p *= 1 - lr * weight_decay`` and ``p -= lr * sign(u)`` (or ``lr * u`` with
+    ``sign=False``). The published setting is chunks of 64 x 64 with the top 32: here the DCT
+    runs along the flat vector in blocks of 64 and the top 32 is taken per row of 4096, the same
+    density (1/128).
+
+    Args:
+        params: the replica's parameters (float32 CPU tensors; an iterable of tensors or of param
+            group dicts, or a module, not wrapped in DDP), rank 0's broadcast at the start.
+        lr (float): the learning rate (default 1e-3).
+        momentum_decay (float): the momentum's decay in [0, 1) (default 0.999, DeMo's).
+        weight_decay (float): decoupled decay of the parameters (default 0).
+        sign (bool): step by the sign of the mean (default True, DeMo's) or by the mean.
+        codec (str): a codec of :func:`gradcomp.codecs` (default ``"dct_topk"``; any other codec
+            sends the momentum its way, e.g. ``"topk"``).
+        process_group (ProcessGroup, optional): the replicas (default: the world).
+        **codec_options: the codec's options (default for ``dct_topk``: ``cols=4096``,
+            ``k_per_row=32``, ``dct_block=64``). ``error_feedback`` must stay off: the momentum
+            keeps what was not sent.
+
+    Only the gather path: a rank subtracts exactly what it sent, which the sharded path's
+    owners would re-encode (docs/optimizers.md).
+
+    Raises:
+        ValueError: an option out of its domain (named in the message), an unknown codec,
+            error feedback in the codec, parameters that are not float32 CPU tensors, a DDP model.
+    """
+
+    def __init__(self, params, lr: float = 1e-3, momentum_decay: float = 0.999, weight_decay: float = 0.0,
+                 sign: bool = True, codec: str = "dct_topk", process_group: Optional[dist.ProcessGroup] = None,
+                 **codec_options) -> None:
+        if isinstance(params, torch.nn.parallel.DistributedDataParallel):
+            raise ValueError("gradcomp.optim: params is a DDP model; DeMo exchanges the momentum itself: pass the "
+                             "unwrapped model's parameters (every rank a full replica)")
+        if isinstance(params, torch.nn.Module):
+            params = params.parameters()
+        if not (0.0 <= momentum_decay < 1.0):
+            raise ValueError(f"gradcomp.optim: momentum_decay must be in [0, 1), not {momentum_decay!r}")
+        _check(lr, weight_decay, codec, "gather")
+        if codec_options.get("error_feedback"):
+            raise ValueError("gradcomp.optim: DeMo's momentum is its error feedback: error_feedback must be off")
+        options = dict(_DEMO_CODEC if codec == "dct_topk" else {}, **codec_options)
+        options["error_feedback"] = False
+        super().__init__(params, dict(lr=lr, momentum_decay=momentum_decay, weight_decay=weight_decay, sign=bool(sign)))
+        for group in self.param_groups:
+            _check(group["lr"], group["weight_decay"], codec, "gather")
+            for p in group["params"]:
+                if p.dtype != torch.float32 or p.device.type != "cpu" or type(p.data).__name__ == "DTensor":
+                    raise ValueError(f"gradcomp.optim: parameters must be float32 CPU tensors (a {p.dtype} tensor on {p.device})")
+        if not any(group["params"] for group in self.param_groups):
+            raise ValueError("gradcomp.optim: no parameters")
+        self.codec, self.codec_options, self.process_group = codec, options, process_group
+        try:
+            self._codec = Compressor(codec, **options)
+        except Error as e:
+            raise ValueError(f"gradcomp.optim: codec {codec!r} with {options}: {e}") from None
+        distributed = dist.is_available() and dist.is_initialized()
+        self._world = dist.get_world_size(process_group) if distributed else 1
+        self._rank = dist.get_rank(process_group) if distributed else 0
+        if distributed and self._world > 1:
+            src = dist.get_global_rank(process_group, 0) if process_group is not None else 0
+            with torch.no_grad():
+                for group in self.param_groups:
+                    for p in group["params"]:
+                        dist.broadcast(p.data, src, group=process_group)
+        self._flats = [self._flat(group) for group in self.param_groups]
+        self.steps, self.bytes_sent, self.wire_bytes = 0, 0, 0
+
+    def _flat(self, group) -> _Flat:
+        fl = _Flat(list(group["params"]), False)
+        c = self._codec
+        fl.state = c.make_state(fl.n)
+        fl.slot = _align8(c.max_payload_bytes(fl.n))
+        fl.send = torch.zeros(fl.slot, dtype=torch.uint8)
+        fl.recv = torch.zeros(self._world * fl.slot, dtype=torch.uint8)
+        fl.sent = torch.zeros(fl.n)
+        return fl
+
+    def __repr__(self) -> str:
+        g = self.param_groups[0]
+        opts = "".join(f", {k}={v!r}" for k, v in sorted(self.codec_options.items()))
+        return (f"gradcomp.optim.DeMo(lr={g['lr']}, momentum_decay={g['momentum_decay']}, weight_decay={g['weight_decay']}, "
+                f"sign={g['sign']}, codec={self.codec!r}{opts}; step {self.steps}, world {self._world})")
+
+    @torch.no_grad()
+    def step(self, closure=None):
+        """One step (a collective: every rank calls it at the same steps).
+
+        Raises:
+            gradcomp.Error: a payload failed its checks on some rank (on every rank; the
+                parameters and the momenta are as before the call).
+        """
+        loss = None
+        if closure is not None:
+            with torch.enable_grad():
+                loss = closure()
+        for group, fl in zip(self.param_groups, self._flats):
+            lr, wd = float(group["lr"]), group["weight_decay"]
+            d = fl.m.mul(group["momentum_decay"]).add_(fl.grads(), alpha=lr)
+            c, w = self._codec, self._world
+            fl.send.zero_()
+            used = c.compress(d, fl.state, fl.send)
+            c.decompress(fl.send[:used], fl.sent)
+            self.bytes_sent += fl.slot
+            self.wire_bytes += (w - 1) * fl.slot
+            if w > 1:
+                dist.all_gather_into_tensor(fl.recv, fl.send, group=self.process_group)
+            else:
+                fl.recv.copy_(fl.send)
+
+            def decode():
+                fl.mean.zero_()
+                c.accumulate_gathered(fl.recv, fl.mean, fl.slot)
+
+            self.wire_bytes += _agree.checked(decode, w, self.process_group, "gradcomp.optim")
+            fl.m.copy_(d.sub_(fl.sent))
+            update = fl.mean.sign() if group["sign"] else fl.mean.div(w)
+            for p, u in zip(fl.params, fl.views(update)):
+                if wd != 0:
+                    p.mul_(1 - lr * wd)
+                p.add_(u, alpha=-lr)
+        self.steps += 1
+        return loss
+
+    def state_dict(self) -> dict:
+        """The optimizer's state (a collective: every rank calls it): ``format``, ``identity``,
+        ``world_size``, ``steps``, ``bytes_sent``, ``wire_bytes``, ``param_groups`` and
+        ``momenta`` (group index -> every rank's momentum, [world, n])."""
+        moms = [fl.m.clone() for fl in self._flats]
+        if self._world > 1:
+            gathered = []
+            for m in moms:
+                rows = [torch.empty_like(m) for _ in range(self._world)]
+                dist.all_gather(rows, m, group=self.process_group)
+                gathered.append(torch.stack(rows))
+        else:
+            gathered = [m.unsqueeze(0) for m in moms]
+        hyper = [{k: v for k, v in g.items() if k != "params"} for g in self.param_groups]
+        return {"format": _FORMAT, "identity": self._identity(), "world_size": self._world, "steps": self.steps,
+                "bytes_sent": self.bytes_sent, "wire_bytes": self.wire_bytes, "param_groups": hyper,
+                "momenta": {str(i): g for i, g in enumerate(gathered)}}
+
+    def load_state_dict(self, state_dict: dict) -> None:
+        """Restores :meth:`state_dict` at the saved world size (the run continues bit for bit).
+
+        Raises:
+            ValueError: another format, codec, options, world size or parameter layout.
+        """
+        sd = state_dict
+        check_identity(sd, _FORMAT, self._identity(), "gradcomp.optim")
+        if sd["world_size"] != self._world:
+            raise ValueError(f"gradcomp.optim: checkpoint of {sd['world_size']} ranks, this run has {self._world} "
+                             "(another world size is not supported)")
+        moms = [sd["momenta"][str(i)][self._rank] for i in range(len(self._flats))] if len(sd["momenta"]) == len(self._flats) else None
+        if moms is None or any(m.numel() != fl.n for m, fl in zip(moms, self._flats)):
+            raise ValueError("gradcomp.optim: checkpoint of another parameter layout")
+        for m, fl in zip(moms, self._flats):
+            fl.m.copy_(m)
+        for g, h in zip(self.param_groups, sd["param_groups"]):
+            g.update(h)
+        self.steps, self.bytes_sent, self.wire_bytes = int(sd["steps"]), int(sd["bytes_sent"]), int(sd["wire_bytes"])
+
+    def _identity(self) -> str:
+        opts = ",".join(f"{k}={v!r}" for k, v in sorted(self.codec_options.items()))
+        return f"DeMo:{self.codec}:{opts}"

@@ -54,11 +54,12 @@ def run(world: int, fn, *args, torchrun: bool = False):
         return torch.load(out, weights_only=False)
 
 
-def with_damaged_all_to_all(rank: int, step, at: int = 100):
-    """Runs ``step()`` while ``dist.all_to_all_single`` flips a bit of rank 0's received bytes
-    (byte ``len / 2 + at``) once each collective completes (at ``wait()`` for ``async_op=True``);
-    returns the ``gradcomp.Error`` code ``step()`` raised, or None."""
-    real = dist.all_to_all_single
+def with_damaged_receive(rank: int, step, at: int = 100, collective: str = "all_to_all_single"):
+    """Runs ``step()`` while ``dist.<collective>`` (``all_to_all_single`` or
+    ``all_gather_into_tensor``) flips a bit of rank 0's received bytes (byte ``len / 2 + at``)
+    once each call completes (at ``wait()`` for ``async_op=True``); returns the
+    ``gradcomp.Error`` code ``step()`` raised, or None."""
+    real = getattr(dist, collective)
 
     def damage(out):
         out[len(out) // 2 + at] ^= 0x40
@@ -82,14 +83,14 @@ def with_damaged_all_to_all(rank: int, step, at: int = 100):
         damage(out)
         return None
 
-    dist.all_to_all_single = damaged
+    setattr(dist, collective, damaged)
     try:
         step()
         return None
     except gradcomp.Error as e:
         return e.code
     finally:
-        dist.all_to_all_single = real
+        setattr(dist, collective, real)
 
 
 def bits(t) -> np.ndarray:

@@ -1,9 +1,11 @@
-"""gradcomp.optim (1-bit Adam, 0-1 Adam) on 2, 3 and 4 gloo ranks: the warm-up equal to
+"""gradcomp.optim (1-bit Adam, 0-1 Adam, DeMo) on 2, 3 and 4 gloo ranks: the warm-up equal to
 torch.optim.Adam on the mean gradient bit for bit; replicas bit-identical after every exchange
 (sharded and gather paths, local steps); the two-sided error feedback's conservation exact on
 dyadic values (and on 8 simulated ranks); a state_dict resumed bit for bit; a corrupted payload
 raising gradcomp.Error on every rank with the parameters and the momentum untouched; bad options
-named in a ValueError."""
+named in a ValueError. DeMo: its step against a reference written here in torch (the DCT as a
+matrix product, per-row top-k, the sign of the mean), the momentum keeping exactly what was not
+sent, replicas identical, resume and corruption as above."""
 
 import io
 from functools import partial
@@ -13,7 +15,7 @@ import torch
 import torch.distributed as dist
 
 import gradcomp
-from gradcomp.optim import OneBitAdam, ZeroOneAdam
+from gradcomp.optim import DeMo, OneBitAdam, ZeroOneAdam
 
 import dist_util
 
@@ -220,7 +222,7 @@ def _corrupted(rank, world):
     opt.step()
     _backward(net, rank, 1)
     before, m = _flat(net).clone(), opt._flats[0].m.clone()
-    code = dist_util.with_damaged_all_to_all(rank, opt.step, at=40)
+    code = dist_util.with_damaged_receive(rank, opt.step, at=40)
     every = [None] * world
     dist.all_gather_object(every, (code, torch.equal(before, _flat(net)) and torch.equal(m, opt._flats[0].m)))
     return every
@@ -256,3 +258,92 @@ def test_refuses_other_parameters_and_ddp():
     ddp = object.__new__(torch.nn.parallel.DistributedDataParallel)  # the type is what is checked
     with pytest.raises(ValueError, match="DDP"):
         OneBitAdam(ddp)
+
+
+# --- DeMo
+
+
+def _dct_matrix(b):
+    # The orthonormal DCT-II as a matrix, in double: row k, column i.
+    k, i = torch.arange(b, dtype=torch.float64)[:, None], torch.arange(b, dtype=torch.float64)[None, :]
+    c = torch.cos(torch.pi * (2 * i + 1) * k / (2 * b)) * (2.0 / b) ** 0.5
+    c[0] /= 2 ** 0.5
+    return c
+
+
+def _demo_reference(d, cols, k, block):
+    """What one rank sends of a momentum d (n a multiple of cols and cols of block), in double:
+    the DCT of each block, the k largest coefficients of each row by magnitude, back."""
+    c = _dct_matrix(block)
+    coeff = (d.double().view(-1, block) @ c.T).view(-1, cols)
+    keep = coeff.abs().topk(k, dim=1).indices
+    kept = torch.zeros_like(coeff).scatter_(1, keep, coeff.gather(1, keep))
+    return (kept.view(-1, block) @ c).view(-1)
+
+
+def _demo(rank, world, steps):
+    torch.manual_seed(0)
+    n, cols, k, block = 4096 * 2, 1024, 16, 64
+    p = torch.nn.Parameter(torch.randn(n))
+    opt = DeMo([p], lr=0.01, momentum_decay=0.9, cols=cols, k_per_row=k, dct_block=block)
+    fl, results = opt._flats[0], []
+    for step in range(steps):
+        g = torch.Generator().manual_seed(100 * step + rank)
+        p.grad = torch.cumsum(torch.randn(n, generator=g), 0) / 64  # smooth: the DCT's case
+        d = fl.m * 0.9 + 0.01 * p.grad
+        before = p.detach().clone()
+        opt.step()
+        mine = _demo_reference(d, cols, k, block)
+        # the momentum keeps what was not sent (to bf16 rounding of the sent values)
+        results.append(float((fl.m.double() - (d.double() - mine)).abs().max() / d.abs().max()))
+        sent = [torch.empty(n, dtype=torch.float64) for _ in range(world)]
+        dist.all_gather(sent, mine)
+        mean = sum(sent) / world
+        moved = (before - p.detach()) / 0.01  # the step: lr * sign(mean)
+        agree = (moved.sign() == mean.sign()) | (mean.abs() < 1e-3 * mean.abs().max())
+        results.append(float(agree.double().mean()))
+        results.append(float(dist_util.all_same(p.detach())))
+    return results, opt.wire_bytes, fl.slot
+
+
+@pytest.mark.parametrize("world", [2, 3])
+def test_demo_against_a_reference_step(world):
+    results, wire, slot = dist_util.run(world, _demo, 4)
+    for step in range(4):
+        kept_err, agree, same = results[3 * step:3 * step + 3]
+        assert kept_err < 1e-2  # bf16 values: relative rounding 2^-9 of each sent coefficient
+        assert agree > 0.999
+        assert same == 1.0
+    assert slot < 4 * 4096 * 2 / 30  # about 1/128 of the values, bf16 plus their indices
+    assert wire == 4 * ((world - 1) * slot + 8 * (world - 1) // world)
+
+
+def test_demo_resumes_bit_for_bit_corruption_and_options():
+    make = partial(DeMo, lr=0.01, cols=64, k_per_row=4, dct_block=16)
+    assert dist_util.run(2, _resume, make) == (True, True)
+    assert _resume(0, 1, make) == (True, True)
+    (code0, untouched0), (code1, untouched1) = dist_util.run(2, _demo_corrupted)
+    assert code0 in ("checksum_mismatch", "bad_header", "bad_magic", "codec_mismatch") and code1 == "peer_error"
+    assert untouched0 and untouched1
+    for kwargs, name in [({"lr": -1.0}, "lr"), ({"momentum_decay": 1.0}, "momentum_decay"), ({"codec": "int9"}, "codec"),
+                         ({"error_feedback": True}, "error_feedback"), ({"dct_block": 3}, "dct_block"),
+                         ({"weight_decay": -1.0}, "weight_decay")]:
+        with pytest.raises(ValueError, match=name):
+            DeMo(_net(), **kwargs)
+    with pytest.raises(ValueError, match="DDP"):
+        DeMo(object.__new__(torch.nn.parallel.DistributedDataParallel))
+    with pytest.raises(ValueError, match="checkpoint of"):
+        make(_net()).load_state_dict(DeMo(_net(), codec="topk").state_dict())
+
+
+def _demo_corrupted(rank, world):
+    net = _net()
+    opt = DeMo(net, lr=0.01, cols=64, k_per_row=4, dct_block=16)
+    _backward(net, rank, 0)
+    opt.step()
+    _backward(net, rank, 1)
+    before, m = _flat(net).clone(), opt._flats[0].m.clone()
+    code = dist_util.with_damaged_receive(rank, opt.step, at=40, collective="all_gather_into_tensor")
+    every = [None] * world
+    dist.all_gather_object(every, (code, torch.equal(before, _flat(net)) and torch.equal(m, opt._flats[0].m)))
+    return every

@@ -55,7 +55,9 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   if (options & 4) reseal(payload);
   using quantize::int_block;
   using quantize::int_range;
-  switch (which % 18) {
+  switch (which % 20) {
+    case 18: run<compressor<partition::chunks, sparsify::dense, int_block<4>, feedback::none, transform::hadamard>>({.partition = {.chunk_bytes = 256}, .quantize = {.group = 8}, .transform = {.block = 16, .seed = 3}}, options, payload, n); break;
+    case 19: run<compressor<partition::whole, sparsify::row_topk, quantize::bf16, feedback::none, transform::dct>>({.sparsify = {.cols = 16, .k_per_row = 2}, .transform = {.block = 8}}, options, payload, n); break;
     case 14: run<compressor<partition::whole, sparsify::threshold, quantize::bf16, feedback::none>>({.sparsify = {.density = 0.4}}, options, payload, n); break;
     case 15: run<compressor<partition::whole, sparsify::randomk, quantize::bf16, feedback::none>>({.sparsify = {.density = 0.3}, .seed = 7}, options, payload, n); break;
     case 16: run<compressor<partition::whole, sparsify::row_topk, quantize::none, feedback::none>>({.sparsify = {.cols = 4, .k_per_row = 1}}, options, payload, n); break;
