@@ -17,7 +17,9 @@ sets it). Per-step methods wrap the model in DDP; spec is gradcomp.testing.regis
 gradcomp.localsteps.LocalSteps(net, **options) after every inner step. Specs "onebit" and
 "zeroone" train a full replica per rank without DDP with gradcomp.optim.OneBitAdam or
 ZeroOneAdam (AdamW's learning rate and decoupled weight decay) in place of AdamW: options
-"warmup" (1-bit) and "freeze" (0-1) are fractions of the steps, the rest the optimizer's.
+"warmup" (1-bit) and "freeze" (0-1) are fractions of the steps, the rest the optimizer's. Spec
+"demo" trains a full replica per rank with gradcomp.optim.DeMo (its options; the method's "lr",
+decoupled weight decay) in place of AdamW.
 """
 
 import argparse
@@ -34,7 +36,7 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 
 from gradcomp import testing
 from gradcomp.localsteps import LocalSteps
-from gradcomp.optim import OneBitAdam, ZeroOneAdam
+from gradcomp.optim import DeMo, OneBitAdam, ZeroOneAdam
 
 FORTUNES = "/usr/share/games/fortunes"
 PACKAGE = "fortunes"
@@ -45,7 +47,7 @@ LR = {"adamw": 3e-3, "sgd": 0.3}
 MOMENTUM = 0.9
 CLIP = 1.0
 WEIGHT_DECAY = 0.01
-ADAMS = {"onebit": OneBitAdam, "zeroone": ZeroOneAdam}  # specs whose optimizer does the exchange
+ADAMS = {"onebit": OneBitAdam, "zeroone": ZeroOneAdam, "demo": DeMo}  # specs whose optimizer does the exchange
 
 
 def corpus():
@@ -144,7 +146,7 @@ def wire(method, net, state, opts, steps, psgd_start, world):
         out["syncs"] = state.syncs
     elif spec in ADAMS:  # state: the optimizer
         comp, compressed_steps = state.wire_bytes / steps, steps
-        out.update(exchanges=state.exchanges, var_updates=state.var_updates)
+        out.update(exchanges=getattr(state, "exchanges", steps), var_updates=getattr(state, "var_updates", 0))
     elif spec == "torch:powersgd":
         comp, pc, pr = powersgd_bytes(net, opts.get("rank", 4), world)
         out.update(powersgd_start_iter=psgd_start, powersgd_compressed_elements=pc, powersgd_raw_elements=pr)
@@ -180,8 +182,11 @@ def run(method, text, held, steps, evals):
             o["warmup_steps"] = max(1, round(o.pop("warmup") * steps))
         if "freeze" in o:
             o["var_freeze_step"] = max(1, round(o.pop("freeze") * steps))
-        opt = state = ADAMS[method["spec"]](net.parameters(), lr=base, weight_decay=WEIGHT_DECAY,
-                                            decoupled_weight_decay=True, **o)
+        if method["spec"] == "demo":
+            opt = state = DeMo(net.parameters(), lr=base, weight_decay=WEIGHT_DECAY, **o)
+        else:
+            opt = state = ADAMS[method["spec"]](net.parameters(), lr=base, weight_decay=WEIGHT_DECAY,
+                                                decoupled_weight_decay=True, **o)
     elif name == "sgd":
         opt = torch.optim.SGD(model.parameters(), lr=base, momentum=MOMENTUM)
     else:
@@ -207,7 +212,7 @@ def run(method, text, held, steps, evals):
             curve.append([step + 1, held_out_loss(net, held, MODEL["seq"])])
     if sync is not None:
         sync.finish()
-    if method["spec"] in ADAMS:
+    if hasattr(opt, "synchronize"):
         opt.synchronize()  # 0-1 Adam's local window, if one is open
     seconds = time.perf_counter() - t0
     ev = held_out_loss(net, held, MODEL["seq"]) if math.isfinite(losses[-1]) else float("nan")

@@ -1,6 +1,6 @@
 """Loss against bytes: held-out loss of a small GPT on English text against the bytes each rank
 sends per step averaged over the whole run, for per-step gradient exchanges (DDP hooks), local
-steps (gradcomp.localsteps.LocalSteps) and 1-bit / 0-1 Adam (gradcomp.optim), at 4 ranks (gloo on CPU, one process and one
+steps (gradcomp.localsteps.LocalSteps), 1-bit / 0-1 Adam and DeMo (gradcomp.optim), at 4 ranks (gloo on CPU, one process and one
 thread per rank). docs/frontier.md describes the methods, the corpus and the goals.
 
     ~/.cache/gradcomp-ci/venv/bin/python benchmarks/frontier/run.py --steps 1000   # about 75 minutes on 2 idle cores (46 runs)
@@ -111,6 +111,14 @@ def methods():
              "full_steps": "bf16"}, seeds)
     add("0-1 Adam sign+EF freeze 15% scaler 4 sync every 4, bf16 full steps", "zeroone",
         {"codec": "sign", "path": "sharded", "freeze": 0.15, "var_update_scaler": 4, "sync_every": 4, "full_steps": "bf16"})
+    # Rotations before the low-bit codes (the randomized Hadamard transform of blocks of 256)
+    add("int4 rotated+EF sharded", "int4_rotated", {"error_feedback": True, "path": "sharded"})
+    add("int2+EF sharded", "int2", {"path": "sharded"})
+    add("int2 rotated+EF sharded", "int2_rotated", {"path": "sharded"})
+    # DeMo: each rank's own momentum, its 1/128 largest DCT coefficients exchanged, sign steps
+    for lr in (1e-3, 3e-4):
+        out.append({"label": f"DeMo dct_topk lr {lr:g}", "optimizer": "adamw", "spec": "demo", "lr": lr, "options": {},
+                    "seeds": [0]})
     return out
 
 
