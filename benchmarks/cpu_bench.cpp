@@ -308,10 +308,10 @@ void transform_rows() {
         }
       }
       add(op + "hadamard256/n:" + size_name(n), [=](benchmark::State& st) {
-        transform_row(st, n, h, [=](float* x) { fwd ? tf::forward<tf::hadamard>(hc, 0, x, n) : tf::inverse<tf::hadamard>(hc, 0, x, n); });
+        transform_row(st, n, h, [=](float* x) { gc::cpu::detail::transform_chunk<tf::hadamard>(hc, 0, x, n, !fwd); });
       });
       add(op + "dct64/n:" + size_name(n), [=](benchmark::State& st) {
-        transform_row(st, n, c, [=](float* x) { fwd ? tf::forward<tf::dct>(dc, 0, x, n) : tf::inverse<tf::dct>(dc, 0, x, n); });
+        transform_row(st, n, c, [=](float* x) { gc::cpu::detail::transform_chunk<tf::dct>(dc, 0, x, n, !fwd); });
       });
     }
 }

@@ -18,7 +18,6 @@
 #include "../engine/flow.hpp"
 #include "../engine/frame_checks.hpp"
 #include "../state.hpp"
-#include "../transform/policy.hpp"
 #include "decode.hpp"
 #include "encode.hpp"
 #include "randomk_select.hpp"
@@ -27,6 +26,7 @@
 #include "stores.hpp"
 #include "threshold_select.hpp"
 #include "topk_select.hpp"
+#include "transform.hpp"
 
 namespace gradcomp::cpu::detail {
 
@@ -278,7 +278,7 @@ struct executor {
     chunk.resize(h.dense_count);
     h.element_offset = 0;
     apply_frame<C>(cfg, h, f, chunk.data(), false, false);
-    transform::inverse<typename C::transform>(cfg.transform, h.chunk_id, chunk.data(), h.dense_count);
+    transform_chunk<typename C::transform>(cfg.transform, h.chunk_id, chunk.data(), h.dense_count, true);
     T* const to = job.out.data() + offset;
     if (job.add) {
       for (std::size_t j = 0; j < h.dense_count; ++j) to[j] = from_float<T>(canonical_nan(to_float(to[j]) + chunk[j]));
@@ -300,7 +300,7 @@ struct executor {
     if constexpr (C::transformed) {
       const T* g = job.grad.data() + r.offset;
       for (std::size_t j = 0; j < r.count; ++j) job.transformed[j] = to_float(g[j]);
-      transform::forward<typename C::transform>(job.comp.get_config().transform, h.chunk_id, job.transformed, r.count);
+      transform_chunk<typename C::transform>(job.comp.get_config().transform, h.chunk_id, job.transformed, r.count, false);
     }
   }
 

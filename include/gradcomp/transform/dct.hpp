@@ -53,11 +53,12 @@ GRADCOMP_HD inline double sqrt_of(double x) {
 // polynomial per element would dominate the transform), the device computes it.
 GRADCOMP_HD inline float lee_factor_of(std::size_t i, std::size_t b) { return static_cast<float>(0.5 / cos_pi(2 * i + 1, 2 * b)); }
 
-// Lee's factors of a block of b values: factors(b)[i]. (One layout on the host and the device;
-// only the host has the table.)
+// Lee's factors of a block of b values, factors(b)[i], and the orthonormal scales sqrt(1/b)
+// (c0) and sqrt(2/b) (ck). (One layout on the host and the device; only the host has tables.)
 struct lee_factors {
   const float* f;
   std::size_t b;
+  float c0, ck;
   GRADCOMP_HD float operator[](std::size_t i) const {
 #if GRADCOMP_DEVICE_CODE
     return lee_factor_of(i, b);
@@ -67,60 +68,142 @@ struct lee_factors {
   }
 };
 
+GRADCOMP_HD inline float scale_of(double numerator, std::size_t b) {
+  return static_cast<float>(sqrt_of(numerator / static_cast<double>(b)));
+}
+
 GRADCOMP_HD inline lee_factors factors(std::size_t b) {
 #if GRADCOMP_DEVICE_CODE
-  return {nullptr, b};
+  return {nullptr, b, scale_of(1.0, b), scale_of(2.0, b)};
 #else
-  // Blocks of b = 2 .. 4096 values: the b / 2 factors of size b start at b / 2 - 1.
+  // Blocks of b = 2 .. 4096 values: the b / 2 factors of size b start at b / 2 - 1; the
+  // scales of b = 2^m at m.
   struct table {
-    float f[4095];
+    float f[4095], c0[13], ck[13];
     table() {
       for (std::size_t h = 1; h <= 2048; h *= 2)
         for (std::size_t k = 0; k < h; ++k) f[h - 1 + k] = lee_factor_of(k, 2 * h);
+      for (unsigned m = 0; m < 13; ++m) c0[m] = scale_of(1.0, std::size_t{1} << m), ck[m] = scale_of(2.0, std::size_t{1} << m);
     }
   };
   static const table t;
-  return {t.f + b / 2 - 1, b};
+  const unsigned m = log2_of(b);
+  return {t.f + (b > 1 ? b / 2 - 1 : 0), b, t.c0[m], t.ck[m]};
 #endif
+}
+
+// Lee's factorisation level by level rather than by recursion, so that each level is one
+// loop over the block that the compilers vectorise. Down: each sub-block of s values becomes
+// the sums of its mirrored halves, then their differences times the factors (the even and the
+// odd half of a DCT of s / 2 values each); up: each pair of finished halves is interleaved,
+// the odd outputs the sums of neighbours. The operations and their operands are the
+// recursion's, in the same order per value. No NaN is made canonical here: a NaN's payload
+// may differ between the host and a device, so the callers' final pass makes every NaN
+// canonical (NaN-ness itself is IEEE's on both).
+
+// The last three levels of each direction on 8 values at y, in registers: the same operations
+// on the same operands as the level loops.
+GRADCOMP_HD inline void dct2_8(float* y, const lee_factors& f8, const lee_factors& f4, const lee_factors& f2) {
+  float e[4], d[4];
+  for (std::size_t i = 0; i < 4; ++i) e[i] = y[i] + y[7 - i];
+  for (std::size_t i = 0; i < 4; ++i) d[i] = (y[i] - y[7 - i]) * f8[i];
+  const auto four = [&](float* v) {  // a DCT of 4 values, in place
+    const float p0 = v[0] + v[3], p1 = v[1] + v[2];
+    const float q0 = (v[0] - v[3]) * f4[0], q1 = (v[1] - v[2]) * f4[1];
+    const float r0 = p0 + p1, r1 = (p0 - p1) * f2[0], t0 = q0 + q1, t1 = (q0 - q1) * f2[0];
+    v[0] = r0, v[1] = t0 + t1, v[2] = r1, v[3] = t1;
+  };
+  four(e);
+  four(d);
+  for (std::size_t i = 0; i < 4; ++i) y[2 * i] = e[i];
+  for (std::size_t i = 0; i < 3; ++i) y[2 * i + 1] = d[i] + d[i + 1];
+  y[7] = d[3];
+}
+GRADCOMP_HD inline void dct3_8(float* y, const lee_factors& f8, const lee_factors& f4, const lee_factors& f2) {
+  float e[4] = {y[0], y[2], y[4], y[6]}, d[4] = {y[1], y[1] + y[3], y[3] + y[5], y[5] + y[7]};
+  const auto four = [&](float* v) {  // the transpose of a DCT of 4 values, in place
+    const float z0 = v[0], z1 = v[2], w0 = v[1], w1 = v[1] + v[3];
+    const float zv = z1 * f2[0], wv = w1 * f2[0];
+    const float a0 = z0 + zv, a1 = z0 - zv, b0 = w0 + wv, b1 = w0 - wv;
+    const float v0 = b0 * f4[0], v1 = b1 * f4[1];
+    v[0] = a0 + v0, v[3] = a0 - v0, v[1] = a1 + v1, v[2] = a1 - v1;
+  };
+  four(e);
+  four(d);
+  for (std::size_t i = 0; i < 4; ++i) {
+    const float u = e[i], v = d[i] * f8[i];
+    y[i] = u + v;
+    y[7 - i] = u - v;
+  }
 }
 
 // In place: the unnormalised DCT-II of x[0, b) (X_k = sum_n x_n cos(pi (2n+1) k / (2b))), b a
 // power of two; tmp holds b floats.
-GRADCOMP_HD_CALL inline void dct2_unscaled(float* x, float* tmp, std::size_t b) {
-  if (b == 1) return;
-  const std::size_t h = b / 2;
-  const lee_factors f = factors(b);
-  for (std::size_t i = 0; i < h; ++i) {
-    const float u = x[i], v = x[b - 1 - i];
-    tmp[i] = canonical_nan(u + v);
-    tmp[h + i] = canonical_nan((u - v) * f[i]);
+GRADCOMP_HD inline void dct2_unscaled(float* x, float* tmp, std::size_t b) {
+  const std::size_t leaf = b >= 8 ? 8 : 1;
+  float *in = x, *out = tmp;
+  for (std::size_t s = b; s > leaf; s /= 2) {
+    const std::size_t h = s / 2;
+    const lee_factors f = factors(s);
+    for (std::size_t k = 0; k < b; k += s) {
+      const float* a = in + k;
+      float* o = out + k;
+      for (std::size_t i = 0; i < h; ++i) o[i] = a[i] + a[s - 1 - i];
+      for (std::size_t i = 0; i < h; ++i) o[h + i] = (a[i] - a[s - 1 - i]) * f[i];
+    }
+    float* t = in;
+    in = out, out = t;
   }
-  dct2_unscaled(tmp, x, h);
-  dct2_unscaled(tmp + h, x, h);
-  for (std::size_t i = 0; i < h; ++i) {
-    x[2 * i] = tmp[i];
-    x[2 * i + 1] = i + 1 < h ? canonical_nan(tmp[h + i] + tmp[h + i + 1]) : tmp[h + i];
+  if (leaf == 8)
+    for (std::size_t k = 0; k < b; k += 8) dct2_8(in + k, factors(8), factors(4), factors(2));
+  for (std::size_t s = 2 * leaf; s <= b; s *= 2) {
+    const std::size_t h = s / 2;
+    for (std::size_t k = 0; k < b; k += s) {
+      const float* a = in + k;
+      float* o = out + k;
+      for (std::size_t i = 0; i < h; ++i) o[2 * i] = a[i];
+      for (std::size_t i = 0; i + 1 < h; ++i) o[2 * i + 1] = a[h + i] + a[h + i + 1];
+      o[s - 1] = a[s - 1];
+    }
+    float* t = in;
+    in = out, out = t;
   }
+  // as many levels up as down: the result is back in x
 }
 
 // In place: the transpose of dct2_unscaled, x_n = sum_k X_k cos(pi (2n+1) k / (2b)) (Lee's
-// steps transposed and run backwards).
-GRADCOMP_HD_CALL inline void dct3_unscaled(float* x, float* tmp, std::size_t b) {
-  if (b == 1) return;
-  const std::size_t h = b / 2;
-  const lee_factors f = factors(b);
-  tmp[0] = x[0];
-  tmp[h] = x[1];
-  for (std::size_t i = 1; i < h; ++i) {
-    tmp[i] = x[2 * i];
-    tmp[h + i] = canonical_nan(x[2 * i - 1] + x[2 * i + 1]);
+// steps transposed and run backwards: down de-interleaves, up applies the factors).
+GRADCOMP_HD inline void dct3_unscaled(float* x, float* tmp, std::size_t b) {
+  const std::size_t leaf = b >= 8 ? 8 : 1;
+  float *in = x, *out = tmp;
+  for (std::size_t s = b; s > leaf; s /= 2) {
+    const std::size_t h = s / 2;
+    for (std::size_t k = 0; k < b; k += s) {
+      const float* a = in + k;
+      float* o = out + k;
+      for (std::size_t i = 0; i < h; ++i) o[i] = a[2 * i];
+      o[h] = a[1];
+      for (std::size_t i = 1; i < h; ++i) o[h + i] = a[2 * i - 1] + a[2 * i + 1];
+    }
+    float* t = in;
+    in = out, out = t;
   }
-  dct3_unscaled(tmp, x, h);
-  dct3_unscaled(tmp + h, x, h);
-  for (std::size_t i = 0; i < h; ++i) {
-    const float u = tmp[i], v = canonical_nan(tmp[h + i] * f[i]);
-    x[i] = canonical_nan(u + v);
-    x[b - 1 - i] = canonical_nan(u - v);
+  if (leaf == 8)
+    for (std::size_t k = 0; k < b; k += 8) dct3_8(in + k, factors(8), factors(4), factors(2));
+  for (std::size_t s = 2 * leaf; s <= b; s *= 2) {
+    const std::size_t h = s / 2;
+    const lee_factors f = factors(s);
+    for (std::size_t k = 0; k < b; k += s) {
+      const float* a = in + k;
+      float* o = out + k;
+      for (std::size_t i = 0; i < h; ++i) {
+        const float u = a[i], v = a[h + i] * f[i];
+        o[i] = u + v;
+        o[s - 1 - i] = u - v;
+      }
+    }
+    float* t = in;
+    in = out, out = t;
   }
 }
 
@@ -143,19 +226,20 @@ struct dct {
   // One block of b values at x (tmp: b floats), forward (orthonormal DCT-II) or inverse.
   GRADCOMP_HD static void forward_block(const config&, std::uint32_t, std::size_t, float* x, float* tmp, std::size_t b) {
     dct2_unscaled(x, tmp, b);
-    const float c0 = static_cast<float>(sqrt_of(1.0 / static_cast<double>(b)));
-    const float ck = static_cast<float>(sqrt_of(2.0 / static_cast<double>(b)));
-    x[0] *= c0;
-    for (std::size_t k = 1; k < b; ++k) x[k] *= ck;
+    const lee_factors f = factors(b);
+    const float c0 = f.c0, ck = f.ck;
+    x[0] = canonical_nan(x[0] * c0);
+    for (std::size_t k = 1; k < b; ++k) x[k] = canonical_nan(x[k] * ck);
   }
   GRADCOMP_HD static void inverse_block(const config&, std::uint32_t, std::size_t, float* x, float* tmp, std::size_t b) {
     // The DCT-II matrix C has C C^T = diag(b, b/2, ..., b/2), so the inverse of X = D C x with
     // D = diag(c_k) is x = C^T D X.
-    const float d0 = static_cast<float>(sqrt_of(1.0 / static_cast<double>(b)));
-    const float dk = static_cast<float>(sqrt_of(2.0 / static_cast<double>(b)));
+    const lee_factors f = factors(b);
+    const float d0 = f.c0, dk = f.ck;
     x[0] *= d0;
     for (std::size_t k = 1; k < b; ++k) x[k] *= dk;
     dct3_unscaled(x, tmp, b);
+    for (std::size_t k = 0; k < b; ++k) x[k] = canonical_nan(x[k]);
   }
 };
 

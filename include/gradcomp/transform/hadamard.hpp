@@ -67,15 +67,20 @@ GRADCOMP_HD inline void walsh_hadamard(float* x, std::size_t b) {
 }
 
 // x[j] = -x[j] where element offset + j of the chunk is negated (one Philox word per 32
-// elements), every NaN made canonical.
+// elements; the inner loop has no carried dependency, so it vectorises), every NaN made
+// canonical when Canonical (the inverse's last pass).
+template <bool Canonical>
 GRADCOMP_HD inline void apply_signs(std::uint32_t seed, std::uint32_t chunk, std::size_t offset, float* x, std::size_t b) {
   for (std::size_t j = 0; j < b;) {
     const std::uint64_t at = offset + j;
     const std::uint32_t word = philox_at(seed, 0, chunk, static_cast<random_stream>(transform_stream), at / 32);
     const std::size_t first = at % 32, count = 32 - first < b - j ? 32 - first : b - j;
-    std::uint32_t w = word >> first;
-    for (std::size_t k = 0; k < count; ++k, w >>= 1)  // -x: the sign bit flipped
-      x[j + k] = canonical_nan(bits_float(float_bits(x[j + k]) ^ (w << 31)));
+    const std::uint32_t w = word >> first;
+    float* const y = x + j;
+    for (std::size_t k = 0; k < count; ++k) {  // -x: the sign bit flipped
+      const float v = bits_float(float_bits(y[k]) ^ (((w >> k) & 1u) << 31));
+      y[k] = Canonical ? canonical_nan(v) : v;
+    }
     j += count;
   }
 }
@@ -102,7 +107,7 @@ struct hadamard {
   // One block at `offset` of chunk `chunk` (b values at x), forward (y = s H D x) or inverse.
   GRADCOMP_HD static void forward_block(const config& c, std::uint32_t chunk, std::size_t offset, float* x, float*,
                                         std::size_t b) {
-    apply_signs(c.seed, chunk, offset, x, b);
+    apply_signs<false>(c.seed, chunk, offset, x, b);
     walsh_hadamard(x, b);
     const float s = pow2_neg((log2_of(b) + 1) / 2);
     for (std::size_t j = 0; j < b; ++j) x[j] = canonical_nan(x[j] * s);
@@ -112,7 +117,7 @@ struct hadamard {
     walsh_hadamard(x, b);
     const float s = pow2_neg(log2_of(b) / 2);
     for (std::size_t j = 0; j < b; ++j) x[j] *= s;
-    apply_signs(c.seed, chunk, offset, x, b);
+    apply_signs<true>(c.seed, chunk, offset, x, b);
   }
 };
 
