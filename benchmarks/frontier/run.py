@@ -116,7 +116,7 @@ def methods():
     add("int2+EF sharded", "int2", {"path": "sharded"})
     add("int2 rotated+EF sharded", "int2_rotated", {"path": "sharded"})
     # DeMo: each rank's own momentum, its 1/128 largest DCT coefficients exchanged, sign steps
-    for lr in (1e-3, 3e-4):
+    for lr in (1e-3, 3e-4, 3e-3, 1e-2):
         out.append({"label": f"DeMo dct_topk lr {lr:g}", "optimizer": "adamw", "spec": "demo", "lr": lr, "options": {},
                     "seeds": [0]})
     return out
