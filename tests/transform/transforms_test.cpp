@@ -151,3 +151,17 @@ TEST_CASE("a rotation before int4 lowers the error on heavy-tailed values") {
   MESSAGE("int4 relative squared error: plain ", plain, ", rotated ", rotated);
   CHECK(rotated < 0.5 * plain);
 }
+
+TEST_CASE("transform blocks: numbered blocks are for_each_block's, in order") {
+  for (std::size_t block : {2, 8, 64, 256})
+    for (std::size_t n : {0, 1, 2, 3, 7, 63, 64, 100, 1000, 4097}) {
+      std::size_t t = 0;
+      tf::for_each_block(n, block, [&](std::size_t at, std::size_t b) {
+        const tf::block_span s = tf::block_number(n, block, t++);
+        CHECK(s.offset == at);
+        CHECK(s.length == b);
+      });
+      CHECK(t == tf::block_count(n, block));
+      CHECK(tf::block_number(n, block, t).length == 0);
+    }
+}

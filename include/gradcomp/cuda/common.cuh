@@ -37,6 +37,8 @@ struct device_state {
   std::size_t size = 0;             // gradient elements this state serves
   std::uint64_t* step = nullptr;    // one u64, advanced once per compressed buffer
   float* residual = nullptr;        // `size` floats when the feedback keeps state, else null
+  float* transformed = nullptr;     // 2 x `size` floats (the transformed gradient, scratch) when
+                                    // the composition has a transform, else null
 };
 
 namespace detail {
@@ -68,6 +70,13 @@ inline unsigned grid_for(std::uint64_t tiles) {
 }
 
 inline constexpr std::size_t align_up(std::size_t n) { return (n + 255u) & ~std::size_t{255}; }
+
+// Device bytes of a transform's two fp32 buffers for n values (the transformed values and
+// their scratch; none without a transform).
+template <class C>
+constexpr std::size_t transform_bytes(std::size_t n) {
+  return C::transformed ? 2 * align_up(4 * n) : 0;
+}
 
 // Cuts a workspace into 256-byte aligned arrays. With a null base it only adds up the sizes,
 // so the size query and the call share one layout function.

@@ -1,5 +1,5 @@
 #pragma once
-// The CUDA execution of compressor<Partitioner, Sparsifier, Quantizer, Feedback>: the same
+// The CUDA execution of compressor<Partitioner, Sparsifier, Quantizer, Feedback, Transform>: the same
 // frames, byte for byte, as compressor::compress, and the same decoded values and errors as
 // compressor::decompress / accumulate (docs/cuda.md). The composition (engine/composition.hpp)
 // and the flow (engine/flow.hpp) are the CPU's; this backend supplies its executor
@@ -33,10 +33,11 @@ namespace gradcomp::cuda {
 
 // --- State.
 
-// Device bytes of the state of a gradient of n elements (step counter, residual).
+// Device bytes of the state of a gradient of n elements (step counter, residual, and with a
+// transform the transformed gradient and its scratch).
 template <class C>
 std::size_t state_bytes(const C&, std::size_t n) {
-  return 256 + (detail::traits<C>::has_state ? detail::align_up(4 * n) : 0);
+  return 256 + (detail::traits<C>::has_state ? detail::align_up(4 * n) : 0) + detail::transform_bytes<C>(n);
 }
 
 // A zeroed state in `memory` (device, state_bytes(n), 256-byte aligned); zeroing is enqueued
@@ -50,6 +51,8 @@ result<device_state> make_state(const C& comp, std::span<std::byte> memory, std:
   s.size = n;
   s.step = reinterpret_cast<std::uint64_t*>(memory.data());
   s.residual = detail::traits<C>::has_state ? reinterpret_cast<float*>(memory.data() + 256) : nullptr;
+  if constexpr (C::transformed)
+    s.transformed = reinterpret_cast<float*>(memory.data() + 256 + (detail::traits<C>::has_state ? detail::align_up(4 * n) : 0));
   if (auto e = cudaMemsetAsync(memory.data(), 0, bytes, stream); e != cudaSuccess) return detail::cuda_status(e);
   return s;
 }
@@ -116,7 +119,7 @@ using detail::max_frames;
 // memory, and a payload with more frames than fit is rejected with buffer_too_small.
 template <gradient_element T, class C>
 std::size_t decode_workspace_bytes(const C& comp, std::size_t n, std::size_t frames) {
-  return detail::carve_decode<C>(nullptr, detail::chunk_slots(comp, n), frames).bytes;
+  return detail::carve_decode<C>(nullptr, detail::chunk_slots(comp, n), frames, n).bytes;
 }
 
 // As compressor::decompress / accumulate: every frame is validated before anything is

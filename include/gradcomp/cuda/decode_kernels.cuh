@@ -34,6 +34,7 @@ struct decode_space {
   frame_entry* frames;
   std::uint32_t* head;  // per chunk: first and last frame of its list
   std::uint32_t* tail;
+  float* transformed;   // with a transform: a decoded chunk's place before its inverse, then scratch
   std::uint64_t max_frames;
   std::size_t bytes;
 };
@@ -44,14 +45,16 @@ std::uint64_t chunk_slots(const C& comp, std::size_t n) {  // either source dtyp
   return a > b ? a : b;
 }
 
+// n: the output's elements (the transform's buffers; 0 without a transform).
 template <class C>
-decode_space carve_decode(std::byte* base, std::uint64_t slots, std::uint64_t max_frames) {
+decode_space carve_decode(std::byte* base, std::uint64_t slots, std::uint64_t max_frames, std::uint64_t n = 0) {
   carver k(base);
   decode_space s{};
   s.internal = k.take<report>(1);
   s.ctl = k.take<control>(1);
   s.head = k.take<std::uint32_t>(2 * slots);
   s.tail = s.head ? s.head + slots : nullptr;
+  s.transformed = k.take<float>(transform_bytes<C>(n) / 4);
   s.frames = k.take<frame_entry>(max_frames);
   s.max_frames = max_frames;
   s.bytes = k.used();

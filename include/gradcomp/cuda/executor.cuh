@@ -9,11 +9,13 @@
 #include <cstdint>
 #include <limits>
 #include <span>
+#include <type_traits>
 
 #include "../engine/flow.hpp"
 #include "compress_kernels.cuh"
 #include "decode_kernels.cuh"
 #include "plan.cuh"
+#include "transform_kernels.cuh"
 
 namespace gradcomp::cuda::detail {
 
@@ -52,6 +54,8 @@ class device_executor {
     if (auto s = check_quantizer_config(comp); !s) return s;
     if (n != st.size) return {errc::size_mismatch, "gradient size differs from the state's"};
     if (traits<C>::has_state && st.residual == nullptr && n > 0) return {errc::size_mismatch, "state has no residual"};
+    if (C::transformed && st.transformed == nullptr && n > 0)
+      return {errc::size_mismatch, "state has no transform buffers: use make_state()"};
     if (st.step == nullptr) return {errc::invalid_argument, "state has no step counter: use make_state()"};
     return {};
   }
@@ -59,6 +63,8 @@ class device_executor {
   status check_memory(const C& comp, std::span<const T> grad, const engine::detail::chunk_span& chunks,
                       std::span<std::byte> payload) const {
     if (!chunks.whole_buffer) return {errc::invalid_argument, "gradcomp::cuda compresses whole buffers (no compress_chunk)"};
+    if (C::transformed && !std::is_same_v<T, float>)
+      return {errc::invalid_argument, "gradcomp::cuda: a composition with a transform compresses fp32 gradients"};
     const host_plan p = plan_on_host<C, T>(comp, grad.size());
     if (ex_.workspace.size() < carve_compress<C>(nullptr, p.chunks, p.total.sel).bytes)
       return {errc::buffer_too_small, "workspace smaller than compress_workspace_bytes()"};
@@ -79,12 +85,19 @@ class device_executor {
                                      std::span<std::byte> payload, const engine::detail::chunk_span&) {
     const std::size_t n = grad.size();
     const host_plan p = plan_on_host<C, T>(comp, n);
+    // With a transform the phases read the transformed gradient (fp32: check_memory).
+    const T* values = grad.data();
+    if constexpr (C::transformed && std::is_same_v<T, float>) values = st.transformed;
     compress_args<C, T> a{comp.get_config(), comp.codec_id(), dtype_of<T>, n, p.chunks, p.total,
-                          grad.data(), st.residual, st.step, payload.data(), out_,
+                          values, st.residual, st.step, payload.data(), out_,
                           carve_compress<C>(ex_.workspace.data(), p.chunks, p.total.sel)};
     note(cudaMemsetAsync(a.ws.ctl, 0, sizeof(control), ex_.stream));
     if (check_finite_ && n > 0)
       nonfinite_kernel<T><<<grid_for(ceil_div(n, threads)), threads, 0, ex_.stream>>>(grad.data(), n, a.ws.ctl);
+    if constexpr (C::transformed && std::is_same_v<T, float>)
+      if (n > 0)
+        transform_kernel<C><<<grid_for(p.chunks), threads, 0, ex_.stream>>>(a.cfg, grad.data(), n, st.transformed,
+                                                                           st.transformed + align_up(4 * n) / 4);
     plan_kernel<C, T><<<1, threads, 0, ex_.stream>>>(a);  // reads the step, advances it unless a check failed
     return a;
   }
@@ -144,7 +157,7 @@ class device_executor {
     if constexpr (traits<C>::cast)  // the fast decode ignores metadata
       if (traits<C>::quantizer::group_size(comp.get_config().quantize) != 0)
         return {errc::invalid_argument, "gradcomp::cuda: a cast (ungrouped_quantizer) configured with groups"};
-    const std::size_t fixed = carve_decode<C>(nullptr, chunk_slots(comp, out.size()), 0).bytes;
+    const std::size_t fixed = carve_decode<C>(nullptr, chunk_slots(comp, out.size()), 0, out.size()).bytes;
     if (ex_.workspace.size() < fixed + align_up(sizeof(frame_entry)))
       return {errc::buffer_too_small, "workspace smaller than decode_workspace_bytes()"};
     if (!aligned(ex_.workspace.data(), 256)) return {errc::invalid_argument, "workspace not 256-byte aligned"};
@@ -156,12 +169,12 @@ class device_executor {
   template <class C, class T>
   decode_args<C, T> start_decode(const C& comp, std::span<const std::byte> payload, std::span<T> out, bool add) {
     const std::uint64_t slots = chunk_slots(comp, out.size());
-    const std::size_t fixed = carve_decode<C>(nullptr, slots, 0).bytes;
+    const std::size_t fixed = carve_decode<C>(nullptr, slots, 0, out.size()).bytes;
     // As many frame slots as the workspace holds, and never more than the payload can need.
     const std::uint64_t fit = (ex_.workspace.size() - fixed) / sizeof(frame_entry);
     const std::uint64_t frames = min_u64(fit, max_u64(1, max_frames(payload.size())));
     decode_args<C, T> a{comp.get_config(), comp.codec_id(), out.size(), payload.data(), payload.size(), out.data(), add, out_,
-                        carve_decode<C>(ex_.workspace.data(), slots, frames), gate_};
+                        carve_decode<C>(ex_.workspace.data(), slots, frames, out.size()), gate_};
     note(cudaMemsetAsync(a.ws.ctl, 0, sizeof(control), ex_.stream));
     if (slots) note(cudaMemsetAsync(a.ws.head, 0xff, 2 * slots * sizeof(std::uint32_t), ex_.stream));
     return a;
@@ -181,6 +194,12 @@ class device_executor {
   template <class C, class T>
   void apply_frames(decode_args<C, T>& a) {
     if (gate_.check_only) return;
+    if constexpr (C::transformed) {
+      if (a.n == 0) return;
+      float* const buf = a.ws.transformed;
+      apply_transformed_kernel<C, T><<<grid_for(chunk_slots_of(a)), threads, 0, ex_.stream>>>(a, buf, buf + align_up(4 * a.n) / 4);
+      return;
+    }
     if (const std::uint64_t tiles = ceil_div(a.n, apply_tile); tiles > 0) {
       apply_kernel<C, T><<<grid_for(tiles), threads, 0, ex_.stream>>>(a, tiles);
       apply_mixed_kernel<C, T><<<1, threads, 0, ex_.stream>>>(a);
@@ -193,6 +212,12 @@ class device_executor {
   }
 
  private:
+  template <class C, class T>
+  static std::uint64_t chunk_slots_of(const decode_args<C, T>& a) {
+    const std::uint64_t f = traits<C>::partitioner::chunk_count(a.cfg.partition, a.n, 4),
+                        b = traits<C>::partitioner::chunk_count(a.cfg.partition, a.n, 2);
+    return f > b ? f : b;
+  }
   void note(cudaError_t e) {
     if (first_error_ == cudaSuccess) first_error_ = e;
   }

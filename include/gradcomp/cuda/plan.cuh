@@ -26,8 +26,6 @@ template <class C>
 struct traits;
 template <class P, class S, class Q, class F, class X>
 struct traits<compressor<P, S, Q, F, X>> {
-  static_assert(X::is_identity,
-                "gradcomp::cuda: transforms (transform::hadamard, transform::dct) run on the CPU backend only");
   using partitioner = P;
   using sparsifier = S;
   using quantizer = Q;

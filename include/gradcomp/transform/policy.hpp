@@ -38,8 +38,32 @@ GRADCOMP_HD constexpr std::size_t block_at(std::size_t n, std::size_t block, std
   return b;
 }
 
+// The blocks of a chunk of n values: the full ones, then one per binary digit of the tail.
+GRADCOMP_HD constexpr std::size_t block_count(std::size_t n, std::size_t block) {
+  std::size_t count = n / block;
+  for (std::size_t tail = n % block; tail != 0; tail &= tail - 1) ++count;
+  return count;
+}
+
+// Block t of a chunk of n values (t < block_count): where it starts and its length (a device
+// thread's share).
+struct block_span {
+  std::size_t offset, length;
+};
+GRADCOMP_HD constexpr block_span block_number(std::size_t n, std::size_t block, std::size_t t) {
+  const std::size_t full = n / block;
+  if (t < full) return {t * block, block};
+  std::size_t at = full * block, k = t - full;
+  for (std::size_t b = block >> 1; b != 0; b >>= 1) {  // the tail's digits, highest first
+    if (((n - full * block) & b) == 0) continue;
+    if (k-- == 0) return {at, b};
+    at += b;
+  }
+  return {n, 0};  // t beyond the blocks
+}
+
 // Calls f(offset, length) for every block of a chunk of n values, in order (host; a device
-// kernel gives each block to a group of threads).
+// kernel gives each block to a thread: block_number).
 template <class F>
 void for_each_block(std::size_t n, std::size_t block, F&& f) {
   for (std::size_t at = 0; at < n;) {
