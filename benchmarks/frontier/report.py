@@ -37,6 +37,8 @@ def kind(r):
         return "PowerSGD"
     if r["spec"] in ("fp32", "bf16", "tagc"):
         return "all-reduce"
+    if r["spec"] == "demo":  # gradcomp.optim.DeMo exchanges on the gather path
+        return "gather"
     return o.get("path", "auto")
 
 

@@ -116,9 +116,10 @@ def methods():
     add("int2+EF sharded", "int2", {"path": "sharded"})
     add("int2 rotated+EF sharded", "int2_rotated", {"path": "sharded"})
     # DeMo: each rank's own momentum, its 1/128 largest DCT coefficients exchanged, sign steps
-    for lr in (1e-3, 3e-4, 3e-3, 1e-2):
+    # at their own learning rate (the schedule is AdamW's)
+    for lr, seeds in ((1e-3, (0,)), (3e-4, (0,)), (3e-3, (0,)), (1e-2, three), (3e-2, (0,))):
         out.append({"label": f"DeMo dct_topk lr {lr:g}", "optimizer": "adamw", "spec": "demo", "lr": lr, "options": {},
-                    "seeds": [0]})
+                    "seeds": list(seeds)})
     return out
 
 

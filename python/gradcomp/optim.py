@@ -670,40 +670,48 @@ class DeMo(torch.optim.Optimizer):
 
     def state_dict(self) -> dict:
         """The optimizer's state (a collective: every rank calls it): ``format``, ``identity``,
-        ``world_size``, ``steps``, ``bytes_sent``, ``wire_bytes``, ``param_groups`` and
-        ``momenta`` (group index -> every rank's momentum, [world, n])."""
+        ``world_size``, ``steps``, ``bytes_sent``, ``wire_bytes``, ``param_groups``, ``momenta``
+        (group index -> every rank's momentum, [world, n]) and ``codec_states`` (group index ->
+        every rank's codec state bytes, as uint8 tensors)."""
         moms = [fl.m.clone() for fl in self._flats]
+        blobs = {str(i): fl.state.checkpoint() for i, fl in enumerate(self._flats)}
         if self._world > 1:
             gathered = []
             for m in moms:
                 rows = [torch.empty_like(m) for _ in range(self._world)]
                 dist.all_gather(rows, m, group=self.process_group)
                 gathered.append(torch.stack(rows))
+            states = gather_blobs(blobs, self.process_group, ragged=True)
         else:
             gathered = [m.unsqueeze(0) for m in moms]
+            states = {k: [torch.frombuffer(bytearray(v), dtype=torch.uint8)] for k, v in blobs.items()}
         hyper = [{k: v for k, v in g.items() if k != "params"} for g in self.param_groups]
         return {"format": _FORMAT, "identity": self._identity(), "world_size": self._world, "steps": self.steps,
                 "bytes_sent": self.bytes_sent, "wire_bytes": self.wire_bytes, "param_groups": hyper,
-                "momenta": {str(i): g for i, g in enumerate(gathered)}}
+                "momenta": {str(i): g for i, g in enumerate(gathered)}, "codec_states": states}
 
     def load_state_dict(self, state_dict: dict) -> None:
         """Restores :meth:`state_dict` at the saved world size (the run continues bit for bit).
 
         Raises:
             ValueError: another format, codec, options, world size or parameter layout.
+            gradcomp.Error: a corrupted codec state; nothing changes then.
         """
         sd = state_dict
         check_identity(sd, _FORMAT, self._identity(), "gradcomp.optim")
         if sd["world_size"] != self._world:
             raise ValueError(f"gradcomp.optim: checkpoint of {sd['world_size']} ranks, this run has {self._world} "
                              "(another world size is not supported)")
-        moms = [sd["momenta"][str(i)][self._rank] for i in range(len(self._flats))] if len(sd["momenta"]) == len(self._flats) else None
-        if moms is None or any(m.numel() != fl.n for m, fl in zip(moms, self._flats)):
+        if len(sd["momenta"]) != len(self._flats) or any(sd["momenta"][str(i)][self._rank].numel() != fl.n
+                                                        for i, fl in enumerate(self._flats)):
             raise ValueError("gradcomp.optim: checkpoint of another parameter layout")
-        for m, fl in zip(moms, self._flats):
-            fl.m.copy_(m)
+        fresh = [self._flat(g) for g in self.param_groups]  # restored into new states: all or nothing
+        for i, fl in enumerate(fresh):
+            fl.state.restore(bytes(sd["codec_states"][str(i)][self._rank].numpy().tobytes()))
+            fl.m.copy_(sd["momenta"][str(i)][self._rank])
         for g, h in zip(self.param_groups, sd["param_groups"]):
             g.update(h)
+        self._flats = fresh
         self.steps, self.bytes_sent, self.wire_bytes = int(sd["steps"]), int(sd["bytes_sent"]), int(sd["wire_bytes"])
 
     def _identity(self) -> str:

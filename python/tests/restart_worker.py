@@ -28,7 +28,7 @@ from gradcomp import restart, testing
 
 MODEL = {"d": 32, "heads": 2, "layers": 1}
 SEQ, BATCH = 16, 4
-VARIANTS = ("topk", "tagc", "fsdp-tagc", "sharded", "localsteps", "onebit")
+VARIANTS = ("topk", "tagc", "fsdp-tagc", "sharded", "localsteps", "onebit", "demo")
 
 
 def build(variant: str):
@@ -60,6 +60,11 @@ def build(variant: str):
         from gradcomp.optim import OneBitAdam
 
         opt = OneBitAdam(net.parameters(), lr=0.01, warmup_steps=8)
+        return net, net, opt, {"model": net, "optimizer": opt}
+    if variant == "demo":  # no DDP: every rank a replica and its own momentum (DCT top-k exchanged)
+        from gradcomp.optim import DeMo
+
+        opt = DeMo(net.parameters(), lr=0.003, cols=1024, k_per_row=16)
         return net, net, opt, {"model": net, "optimizer": opt}
     model = DDP(net)
     if variant == "tagc":

@@ -25,12 +25,12 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 WORKER = os.path.join(HERE, "restart_worker.py")
 DOC = os.path.join(HERE, "..", "..", "docs", "reliability.md")
 STEPS, EVERY = 30, 5
-VARIANTS = ("topk", "tagc", "fsdp-tagc", "sharded", "localsteps", "onebit")
+VARIANTS = ("topk", "tagc", "fsdp-tagc", "sharded", "localsteps", "onebit", "demo")
 # Where each variant's doomed rank dies: in the forward pass (the other rank then waits in the
 # backward pass's collective), after the backward pass, or with its checkpoint file written and
 # fsynced but not yet renamed (the other rank's file of that step is complete).
 KILL_AT = {"topk": "forward", "tagc": "backward", "fsdp-tagc": "forward", "sharded": "save-written", "localsteps": "backward",
-           "onebit": "backward"}
+           "onebit": "backward", "demo": "backward"}
 
 
 def _kills():
