@@ -95,11 +95,7 @@ class _CompressedAdam(torch.optim.Optimizer):
 
     def __init__(self, params, lr, betas, eps, weight_decay, decoupled_weight_decay, codec, path, process_group,
                  freeze_step, sync_every, full_steps, codec_options):
-        if isinstance(params, torch.nn.parallel.DistributedDataParallel):
-            raise ValueError(f"gradcomp.optim: params is a DDP model; {self._variant} all-reduces the gradients "
-                             "itself: pass the unwrapped model's parameters (every rank a full replica)")
-        if isinstance(params, torch.nn.Module):
-            params = params.parameters()
+        params = _replica_params(params, f"{self._variant} all-reduces the gradients itself")
         _check(lr, weight_decay, codec, path, betas, eps)
         if full_steps not in _FULL_STEPS:
             raise ValueError(f"gradcomp.optim: full_steps must be one of {', '.join(_FULL_STEPS)} (got {full_steps!r})")
@@ -108,30 +104,14 @@ class _CompressedAdam(torch.optim.Optimizer):
         super().__init__(params, defaults)
         for group in self.param_groups:
             _check(group["lr"], group["weight_decay"], codec, path, group["betas"], group["eps"])
-            for p in group["params"]:
-                if type(p).__name__ == "DTensor" or type(p.data).__name__ == "DTensor":
-                    raise ValueError("gradcomp.optim: a sharded (FSDP2 / DTensor) parameter: the optimizer needs every "
-                                     "rank to hold the whole parameter (docs/optimizers.md)")
-                if p.dtype != torch.float32 or p.device.type != "cpu":
-                    raise ValueError(f"gradcomp.optim: parameters must be float32 CPU tensors (a {p.dtype} tensor on {p.device})")
-        if not any(group["params"] for group in self.param_groups):
-            raise ValueError("gradcomp.optim: no parameters")
         self.codec, self.path, self.codec_options = codec, path, dict(codec_options)
         self.process_group = process_group
         self.freeze_step, self.sync_every, self.full_steps = freeze_step, sync_every, full_steps
-        distributed = dist.is_available() and dist.is_initialized()
-        self._world = dist.get_world_size(process_group) if distributed else 1
-        self._rank = dist.get_rank(process_group) if distributed else 0
         try:
             self._codec = Sharded(codec, "all_reduce", **codec_options) if path == "sharded" else Compressor(codec, **codec_options)
         except Error as e:  # an unknown option or a value out of its domain
             raise ValueError(f"gradcomp.optim: codec {codec!r} with {codec_options}: {e}") from None
-        if distributed and self._world > 1:  # every replica starts from rank 0's parameters
-            src = dist.get_global_rank(process_group, 0) if process_group is not None else 0
-            with torch.no_grad():
-                for group in self.param_groups:
-                    for p in group["params"]:
-                        dist.broadcast(p.data, src, group=process_group)
+        self._world, self._rank = _join_replicas(self.param_groups, process_group)
         self._flats = [self._flat(group) for group in self.param_groups]
         self.steps = 0          # optimizer steps taken
         self.var_updates = 0    # full steps (variance updates)
@@ -351,11 +331,8 @@ class _CompressedAdam(torch.optim.Optimizer):
         groups = [{"m": fl.m.clone(), "v": fl.v.clone(), "denom": fl.denom.clone(),
                    "anchor": None if fl.anchor is None else fl.anchor.clone(), "acc": fl.acc.clone(),
                    "lrsum": fl.lrsum, "decay": fl.decay} for fl in self._flats]
-        blobs = {str(i): self._codec_blob(fl) for i, fl in enumerate(self._flats)}
-        if self._world > 1:
-            states = gather_blobs(blobs, self.process_group, ragged=True)
-        else:
-            states = {k: [torch.frombuffer(bytearray(v), dtype=torch.uint8)] for k, v in blobs.items()}
+        states = _every_rank({str(i): self._codec_blob(fl) for i, fl in enumerate(self._flats)}, self._world,
+                             self.process_group)
         hyper = [{k: v for k, v in g.items() if k != "params"} for g in self.param_groups]
         return {"format": _FORMAT, "identity": self._identity(), "world_size": self._world, "steps": self.steps,
                 "var_updates": self.var_updates, "frozen": self.frozen, "schedule": self._schedule_state(),
@@ -516,6 +493,46 @@ class ZeroOneAdam(_CompressedAdam):
         self.var_interval, self.var_counter = int(s["var_interval"]), int(s["var_counter"])
 
 
+def _replica_params(params, why: str):
+    """The parameters of a replica: a DDP model refused (the optimizer exchanges, ``why``), a
+    module's parameters taken."""
+    if isinstance(params, torch.nn.parallel.DistributedDataParallel):
+        raise ValueError(f"gradcomp.optim: params is a DDP model; {why}: pass the unwrapped model's parameters "
+                         "(every rank a full replica)")
+    return params.parameters() if isinstance(params, torch.nn.Module) else params
+
+
+def _join_replicas(param_groups, process_group):
+    """Checks that every parameter is a whole float32 CPU tensor and that there is one, then
+    broadcasts rank 0's parameters so that the replicas start equal; returns (world, rank)."""
+    for group in param_groups:
+        for p in group["params"]:
+            if type(p).__name__ == "DTensor" or type(p.data).__name__ == "DTensor":
+                raise ValueError("gradcomp.optim: a sharded (FSDP2 / DTensor) parameter: the optimizer needs every "
+                                 "rank to hold the whole parameter (docs/optimizers.md)")
+            if p.dtype != torch.float32 or p.device.type != "cpu":
+                raise ValueError(f"gradcomp.optim: parameters must be float32 CPU tensors (a {p.dtype} tensor on {p.device})")
+    if not any(group["params"] for group in param_groups):
+        raise ValueError("gradcomp.optim: no parameters")
+    if not (dist.is_available() and dist.is_initialized()):
+        return 1, 0
+    world, rank = dist.get_world_size(process_group), dist.get_rank(process_group)
+    if world > 1:
+        src = dist.get_global_rank(process_group, 0) if process_group is not None else 0
+        with torch.no_grad():
+            for group in param_groups:
+                for p in group["params"]:
+                    dist.broadcast(p.data, src, group=process_group)
+    return world, rank
+
+
+def _every_rank(blobs: dict, world: int, group) -> dict:
+    """{name: bytes} of this rank -> {name: [uint8 tensor of every rank]} (a collective)."""
+    if world > 1:
+        return gather_blobs(blobs, group, ragged=True)
+    return {k: [torch.frombuffer(bytearray(v), dtype=torch.uint8)] for k, v in blobs.items()}
+
+
 def _check_int(name: str, value, least: int) -> None:
     if not isinstance(value, int) or isinstance(value, bool) or value < least:
         raise ValueError(f"gradcomp.optim: {name} must be an int >= {least}, not {value!r}")
@@ -575,11 +592,7 @@ class DeMo(torch.optim.Optimizer):
     def __init__(self, params, lr: float = 1e-3, momentum_decay: float = 0.999, weight_decay: float = 0.0,
                  sign: bool = True, codec: str = "dct_topk", process_group: Optional[dist.ProcessGroup] = None,
                  **codec_options) -> None:
-        if isinstance(params, torch.nn.parallel.DistributedDataParallel):
-            raise ValueError("gradcomp.optim: params is a DDP model; DeMo exchanges the momentum itself: pass the "
-                             "unwrapped model's parameters (every rank a full replica)")
-        if isinstance(params, torch.nn.Module):
-            params = params.parameters()
+        params = _replica_params(params, "DeMo exchanges the momentum itself")
         if not (0.0 <= momentum_decay < 1.0):
             raise ValueError(f"gradcomp.optim: momentum_decay must be in [0, 1), not {momentum_decay!r}")
         _check(lr, weight_decay, codec, "gather")
@@ -590,25 +603,12 @@ class DeMo(torch.optim.Optimizer):
         super().__init__(params, dict(lr=lr, momentum_decay=momentum_decay, weight_decay=weight_decay, sign=bool(sign)))
         for group in self.param_groups:
             _check(group["lr"], group["weight_decay"], codec, "gather")
-            for p in group["params"]:
-                if p.dtype != torch.float32 or p.device.type != "cpu" or type(p.data).__name__ == "DTensor":
-                    raise ValueError(f"gradcomp.optim: parameters must be float32 CPU tensors (a {p.dtype} tensor on {p.device})")
-        if not any(group["params"] for group in self.param_groups):
-            raise ValueError("gradcomp.optim: no parameters")
         self.codec, self.codec_options, self.process_group = codec, options, process_group
         try:
             self._codec = Compressor(codec, **options)
         except Error as e:
             raise ValueError(f"gradcomp.optim: codec {codec!r} with {options}: {e}") from None
-        distributed = dist.is_available() and dist.is_initialized()
-        self._world = dist.get_world_size(process_group) if distributed else 1
-        self._rank = dist.get_rank(process_group) if distributed else 0
-        if distributed and self._world > 1:
-            src = dist.get_global_rank(process_group, 0) if process_group is not None else 0
-            with torch.no_grad():
-                for group in self.param_groups:
-                    for p in group["params"]:
-                        dist.broadcast(p.data, src, group=process_group)
+        self._world, self._rank = _join_replicas(self.param_groups, process_group)
         self._flats = [self._flat(group) for group in self.param_groups]
         self.steps, self.bytes_sent, self.wire_bytes = 0, 0, 0
 
@@ -640,6 +640,8 @@ class DeMo(torch.optim.Optimizer):
         if closure is not None:
             with torch.enable_grad():
                 loss = closure()
+        if len(self._flats) != len(self.param_groups):
+            raise ValueError("gradcomp.optim: param groups added after construction are not supported")
         for group, fl in zip(self.param_groups, self._flats):
             lr, wd = float(group["lr"]), group["weight_decay"]
             d = fl.m.mul(group["momentum_decay"]).add_(fl.grads(), alpha=lr)
@@ -673,18 +675,14 @@ class DeMo(torch.optim.Optimizer):
         ``world_size``, ``steps``, ``bytes_sent``, ``wire_bytes``, ``param_groups``, ``momenta``
         (group index -> every rank's momentum, [world, n]) and ``codec_states`` (group index ->
         every rank's codec state bytes, as uint8 tensors)."""
-        moms = [fl.m.clone() for fl in self._flats]
-        blobs = {str(i): fl.state.checkpoint() for i, fl in enumerate(self._flats)}
-        if self._world > 1:
-            gathered = []
-            for m in moms:
-                rows = [torch.empty_like(m) for _ in range(self._world)]
-                dist.all_gather(rows, m, group=self.process_group)
-                gathered.append(torch.stack(rows))
-            states = gather_blobs(blobs, self.process_group, ragged=True)
-        else:
-            gathered = [m.unsqueeze(0) for m in moms]
-            states = {k: [torch.frombuffer(bytearray(v), dtype=torch.uint8)] for k, v in blobs.items()}
+        gathered = []
+        for fl in self._flats:
+            rows = [fl.m.clone() for _ in range(self._world)]
+            if self._world > 1:
+                dist.all_gather(rows, fl.m, group=self.process_group)
+            gathered.append(torch.stack(rows))
+        states = _every_rank({str(i): fl.state.checkpoint() for i, fl in enumerate(self._flats)}, self._world,
+                             self.process_group)
         hyper = [{k: v for k, v in g.items() if k != "params"} for g in self.param_groups]
         return {"format": _FORMAT, "identity": self._identity(), "world_size": self._world, "steps": self.steps,
                 "bytes_sent": self.bytes_sent, "wire_bytes": self.wire_bytes, "param_groups": hyper,
