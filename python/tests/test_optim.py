@@ -306,7 +306,7 @@ def _demo(rank, world, steps):
     return results, opt.wire_bytes, fl.slot
 
 
-@pytest.mark.parametrize("world", [2, 3])
+@pytest.mark.parametrize("world", [2, 3, 4])
 def test_demo_against_a_reference_step(world):
     results, wire, slot = dist_util.run(world, _demo, 4)
     for step in range(4):

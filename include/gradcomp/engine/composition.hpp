@@ -1,7 +1,7 @@
 #pragma once
 // composition<Partitioner, Sparsifier, Quantizer, Feedback, Transform>: what the policies mean
-// together, independent of any backend. It holds the run-time config and answers every question both
-// backends must answer alike: the codec id, the chunk plan, frame sizes and section layout,
+// together, independent of any backend. It holds the run-time config and answers every question
+// both backends must answer alike: the codec id, the chunk plan, frame sizes and section layout,
 // and the checks of a received frame's header. compressor<> (CPU) derives from it; the CUDA
 // backend takes the same object. The policies are checked one member at a time, so a mistake
 // reads as a sentence rather than a template dump.
@@ -176,8 +176,6 @@ class composition {
   frame::header layout(std::size_t kept, std::size_t count) const {
     frame::header h = frame_layout(cfg_, kept, count);
     h.codec_id = codec_id();
-    h.transform = Transform::word(cfg_.transform);
-    h.transform_seed = Transform::seed(cfg_.transform);
     return h;
   }
 
@@ -193,8 +191,8 @@ class composition {
     return g == 0 ? 0 : (kept + g - 1) / g;
   }
 
-  // Section sizes (no codec id) of a frame keeping `kept` of `count` elements, its indices as
-  // a u32 list (the largest index encoding).
+  // Section sizes and transform fields (no codec id) of a frame keeping `kept` of `count`
+  // elements, its indices as a u32 list (the largest index encoding).
   GRADCOMP_HD static frame::header frame_layout(const config& c, std::size_t kept, std::size_t count) {
     frame::header h;
     h.dense_count = count;
@@ -205,6 +203,8 @@ class composition {
     h.index_bytes = dense ? 0 : kind == selection::random ? seeded_index_bytes : 4 * h.kept_count;
     h.meta_bytes = group_count(c.quantize, h.kept_count) * Quantizer::meta_bytes;
     h.value_bytes = packed_bytes(h.kept_count, code_bits);
+    h.transform = Transform::word(c.transform);
+    h.transform_seed = Transform::seed(c.transform);
     return h;
   }
 
@@ -229,8 +229,8 @@ class composition {
     return false;
   }
 
-  // Header fields against the receiver: codec and transform, chunk plan for a buffer of n elements, and
-  // section sizes implied by the kept count. Assumes frame::parse_header() succeeded.
+  // Header fields against the receiver: codec and transform, chunk plan for a buffer of n
+  // elements, and section sizes implied by the kept count. Assumes frame::parse_header() succeeded.
   GRADCOMP_HD static status check_frame_header(const config& c, std::uint32_t codec, const frame::header& h,
                                                std::size_t n) {
     if (h.codec_id != codec) return {errc::codec_mismatch, "frame codec id differs from the compressor's"};
