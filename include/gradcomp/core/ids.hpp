@@ -71,6 +71,14 @@ inline constexpr std::uint8_t natural = 11;
 inline constexpr std::uint8_t all[] = {none, bf16, fp16, fp8_e4m3, fp8_e5m2, int_block, qsgd, terngrad, sign, piecewise, natural};
 }  // namespace quantizer
 
+// Transforms (transform/policy.hpp): the low byte of the frame header's transform word; 0 is
+// the identity, which writes no word.
+namespace transform {
+inline constexpr std::uint8_t hadamard = 1;
+inline constexpr std::uint8_t dct = 2;
+inline constexpr std::uint8_t all[] = {hadamard, dct};
+}  // namespace transform
+
 // Four ASCII bytes read as a little-endian u32, as the tags below sit in memory.
 consteval std::uint32_t tag_of(const char (&s)[5]) {
   return static_cast<std::uint32_t>(static_cast<unsigned char>(s[0])) |
@@ -111,6 +119,8 @@ static_assert(distinct(sparsifier::all) && library_range(sparsifier::all),
               "gradcomp::ids: sparsifier ids must be distinct and in [1, first_user)");
 static_assert(distinct(quantizer::all) && library_range(quantizer::all),
               "gradcomp::ids: quantizer ids must be distinct and in [1, first_user)");
+static_assert(distinct(transform::all) && library_range(transform::all),
+              "gradcomp::ids: transform ids must be distinct and in [1, first_user)");
 static_assert(distinct(tag::all), "gradcomp::ids: record tags must be distinct");
 
 // An id a policy outside the library may take (a wider integer is checked too: the codec id

@@ -45,6 +45,7 @@ enum class random_stream : std::uint32_t {
   quantizer = 1,   // stochastic rounding of the sent values
   sparsifier = 2,  // sampling and random selection
   permutation = 3, // round keys of the random-k permutation (core/permutation.hpp)
+  transform = 4,   // the signs of the randomized Hadamard transform (transform/hadamard.hpp)
 };
 
 // The 32-bit random number of value m of a chunk (see the convention above).

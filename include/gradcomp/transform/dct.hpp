@@ -16,6 +16,7 @@
 
 #include "../core/bits.hpp"
 #include "../core/config.hpp"
+#include "../core/ids.hpp"
 #include "../core/options.hpp"
 #include "../core/status.hpp"
 #include "policy.hpp"
@@ -211,7 +212,7 @@ GRADCOMP_HD inline void dct3_unscaled(float* x, float* tmp, std::size_t b) {
 struct dct {
   using policy_kind = transform_tag;
   static constexpr bool is_identity = false;
-  static constexpr std::uint32_t id = 2;
+  static constexpr std::uint32_t id = ids::transform::dct;
   struct config {
     std::uint32_t block = 64;  // values per block: a power of two, 2 to 4096
     static constexpr auto options() { return std::tuple{option{"dct_block", &config::block}}; }

@@ -21,6 +21,7 @@
 
 #include "../core/bits.hpp"
 #include "../core/config.hpp"
+#include "../core/ids.hpp"
 #include "../core/philox.hpp"
 #include "../core/options.hpp"
 #include "../core/status.hpp"
@@ -29,11 +30,9 @@
 namespace gradcomp::transform {
 GRADCOMP_PRECISE_BEGIN
 
-inline constexpr std::uint32_t transform_stream = 4;  // the Philox stream of the signs
-
 // The sign of element j of a chunk: bit j % 32 of Philox word j / 32.
 GRADCOMP_HD inline bool negated(std::uint32_t seed, std::uint32_t chunk, std::uint64_t j) {
-  const std::uint32_t word = philox_at(seed, 0, chunk, static_cast<random_stream>(transform_stream), j / 32);
+  const std::uint32_t word = philox_at(seed, 0, chunk, random_stream::transform, j / 32);
   return ((word >> (j % 32)) & 1u) != 0;
 }
 
@@ -73,7 +72,7 @@ template <bool Canonical>
 GRADCOMP_HD inline void apply_signs(std::uint32_t seed, std::uint32_t chunk, std::size_t offset, float* x, std::size_t b) {
   for (std::size_t j = 0; j < b;) {
     const std::uint64_t at = offset + j;
-    const std::uint32_t word = philox_at(seed, 0, chunk, static_cast<random_stream>(transform_stream), at / 32);
+    const std::uint32_t word = philox_at(seed, 0, chunk, random_stream::transform, at / 32);
     const std::size_t first = at % 32, count = 32 - first < b - j ? 32 - first : b - j;
     const std::uint32_t w = word >> first;
     float* const y = x + j;
@@ -89,7 +88,7 @@ GRADCOMP_HD inline void apply_signs(std::uint32_t seed, std::uint32_t chunk, std
 struct hadamard {
   using policy_kind = transform_tag;
   static constexpr bool is_identity = false;
-  static constexpr std::uint32_t id = 1;
+  static constexpr std::uint32_t id = ids::transform::hadamard;
   struct config {
     std::uint32_t block = 256;  // values per block: a power of two, 2 to 4096
     std::uint32_t seed = 0;     // the signs' key
