@@ -18,7 +18,6 @@
 #include "../core/config.hpp"
 #include "../core/ids.hpp"
 #include "../core/options.hpp"
-#include "../core/status.hpp"
 #include "policy.hpp"
 
 namespace gradcomp::transform {
@@ -138,6 +137,15 @@ GRADCOMP_HD inline void dct3_8(float* y, const lee_factors& f8, const lee_factor
   }
 }
 
+// One level: f(a, o) from each sub-block of s values of `in` into the same place of `out`, then
+// the two buffers swap roles.
+template <class F>
+GRADCOMP_HD inline void lee_level(float*& in, float*& out, std::size_t b, std::size_t s, F&& f) {
+  for (std::size_t k = 0; k < b; k += s) f(in + k, out + k);
+  float* t = in;
+  in = out, out = t;
+}
+
 // In place: the unnormalised DCT-II of x[0, b) (X_k = sum_n x_n cos(pi (2n+1) k / (2b))), b a
 // power of two; tmp holds b floats.
 GRADCOMP_HD inline void dct2_unscaled(float* x, float* tmp, std::size_t b) {
@@ -146,28 +154,20 @@ GRADCOMP_HD inline void dct2_unscaled(float* x, float* tmp, std::size_t b) {
   for (std::size_t s = b; s > leaf; s /= 2) {
     const std::size_t h = s / 2;
     const lee_factors f = factors(s);
-    for (std::size_t k = 0; k < b; k += s) {
-      const float* a = in + k;
-      float* o = out + k;
+    lee_level(in, out, b, s, [&](const float* a, float* o) {
       for (std::size_t i = 0; i < h; ++i) o[i] = a[i] + a[s - 1 - i];
       for (std::size_t i = 0; i < h; ++i) o[h + i] = (a[i] - a[s - 1 - i]) * f[i];
-    }
-    float* t = in;
-    in = out, out = t;
+    });
   }
   if (leaf == 8)
     for (std::size_t k = 0; k < b; k += 8) dct2_8(in + k, factors(8), factors(4), factors(2));
   for (std::size_t s = 2 * leaf; s <= b; s *= 2) {
     const std::size_t h = s / 2;
-    for (std::size_t k = 0; k < b; k += s) {
-      const float* a = in + k;
-      float* o = out + k;
+    lee_level(in, out, b, s, [&](const float* a, float* o) {
       for (std::size_t i = 0; i < h; ++i) o[2 * i] = a[i];
       for (std::size_t i = 0; i + 1 < h; ++i) o[2 * i + 1] = a[h + i] + a[h + i + 1];
       o[s - 1] = a[s - 1];
-    }
-    float* t = in;
-    in = out, out = t;
+    });
   }
   // as many levels up as down: the result is back in x
 }
@@ -179,51 +179,34 @@ GRADCOMP_HD inline void dct3_unscaled(float* x, float* tmp, std::size_t b) {
   float *in = x, *out = tmp;
   for (std::size_t s = b; s > leaf; s /= 2) {
     const std::size_t h = s / 2;
-    for (std::size_t k = 0; k < b; k += s) {
-      const float* a = in + k;
-      float* o = out + k;
+    lee_level(in, out, b, s, [&](const float* a, float* o) {
       for (std::size_t i = 0; i < h; ++i) o[i] = a[2 * i];
       o[h] = a[1];
       for (std::size_t i = 1; i < h; ++i) o[h + i] = a[2 * i - 1] + a[2 * i + 1];
-    }
-    float* t = in;
-    in = out, out = t;
+    });
   }
   if (leaf == 8)
     for (std::size_t k = 0; k < b; k += 8) dct3_8(in + k, factors(8), factors(4), factors(2));
   for (std::size_t s = 2 * leaf; s <= b; s *= 2) {
     const std::size_t h = s / 2;
     const lee_factors f = factors(s);
-    for (std::size_t k = 0; k < b; k += s) {
-      const float* a = in + k;
-      float* o = out + k;
+    lee_level(in, out, b, s, [&](const float* a, float* o) {
       for (std::size_t i = 0; i < h; ++i) {
         const float u = a[i], v = a[h + i] * f[i];
         o[i] = u + v;
         o[s - 1 - i] = u - v;
       }
-    }
-    float* t = in;
-    in = out, out = t;
+    });
   }
 }
 
-// The transform policy (compressor<..., transform::dct>): DCT-II of `block` values.
-struct dct {
-  using policy_kind = transform_tag;
-  static constexpr bool is_identity = false;
-  static constexpr std::uint32_t id = ids::transform::dct;
-  struct config {
-    std::uint32_t block = 64;  // values per block: a power of two, 2 to 4096
-    static constexpr auto options() { return std::tuple{option{"dct_block", &config::block}}; }
-  };
-  static status validate(const config& c) {
-    return valid_block(c.block) ? status{} : status{errc::invalid_argument, "dct: block is a power of two from 2 to 4096"};
-  }
-  GRADCOMP_HD static std::uint32_t word(const config& c) { return transform_word(id, c.block); }
-  GRADCOMP_HD static std::uint32_t seed(const config&) { return 0; }
-  GRADCOMP_HD static std::size_t block(const config& c) { return c.block; }
+struct dct_config {
+  std::uint32_t block = 64;  // values per block: a power of two, 2 to 4096
+  static constexpr auto options() { return std::tuple{option{"dct_block", &dct_config::block}}; }
+};
 
+// The transform policy (compressor<..., transform::dct>): DCT-II of `block` values.
+struct dct : blocked_transform<dct_config, ids::transform::dct> {
   // One block of b values at x (tmp: b floats), forward (orthonormal DCT-II) or inverse.
   GRADCOMP_HD static void forward_block(const config&, std::uint32_t, std::size_t, float* x, float* tmp, std::size_t b) {
     dct2_unscaled(x, tmp, b);

@@ -24,7 +24,6 @@
 #include "../core/ids.hpp"
 #include "../core/philox.hpp"
 #include "../core/options.hpp"
-#include "../core/status.hpp"
 #include "policy.hpp"
 
 namespace gradcomp::transform {
@@ -84,24 +83,17 @@ GRADCOMP_HD inline void apply_signs(std::uint32_t seed, std::uint32_t chunk, std
   }
 }
 
-// The transform policy (compressor<..., transform::hadamard>): rotations of `block` values.
-struct hadamard {
-  using policy_kind = transform_tag;
-  static constexpr bool is_identity = false;
-  static constexpr std::uint32_t id = ids::transform::hadamard;
-  struct config {
-    std::uint32_t block = 256;  // values per block: a power of two, 2 to 4096
-    std::uint32_t seed = 0;     // the signs' key
-    static constexpr auto options() {
-      return std::tuple{option{"rotation_block", &config::block}, option{"rotation_seed", &config::seed}};
-    }
-  };
-  static status validate(const config& c) {
-    return valid_block(c.block) ? status{} : status{errc::invalid_argument, "hadamard: block is a power of two from 2 to 4096"};
+struct hadamard_config {
+  std::uint32_t block = 256;  // values per block: a power of two, 2 to 4096
+  std::uint32_t seed = 0;     // the signs' key
+  static constexpr auto options() {
+    return std::tuple{option{"rotation_block", &hadamard_config::block}, option{"rotation_seed", &hadamard_config::seed}};
   }
-  GRADCOMP_HD static std::uint32_t word(const config& c) { return transform_word(id, c.block); }
+};
+
+// The transform policy (compressor<..., transform::hadamard>): rotations of `block` values.
+struct hadamard : blocked_transform<hadamard_config, ids::transform::hadamard> {
   GRADCOMP_HD static std::uint32_t seed(const config& c) { return c.seed; }
-  GRADCOMP_HD static std::size_t block(const config& c) { return c.block; }
 
   // One block at `offset` of chunk `chunk` (b values at x), forward (y = s H D x) or inverse.
   GRADCOMP_HD static void forward_block(const config& c, std::uint32_t chunk, std::size_t offset, float* x, float*,

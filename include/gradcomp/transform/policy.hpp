@@ -12,6 +12,7 @@
 
 #include "../core/concepts.hpp"
 #include "../core/config.hpp"
+#include "../core/status.hpp"
 
 namespace gradcomp::transform {
 
@@ -28,6 +29,23 @@ GRADCOMP_HD constexpr unsigned log2_of(std::size_t b) {
 // The frame header's transform word (docs/wire-format.md): the transform's id in bits 0-7,
 // log2 of its block in bits 8-15; 0 for the identity.
 GRADCOMP_HD constexpr std::uint32_t transform_word(std::uint32_t id, std::size_t block) { return id | (log2_of(block) << 8); }
+
+// What a transform over blocks of `Config::block` values has besides its math (as
+// quantize::grouped_quantizer is for quantizers): the policy tag, the id, the block's check and
+// the header word; no seed unless the transform declares one.
+template <class Config, std::uint32_t Id>
+struct blocked_transform {
+  using policy_kind = transform_tag;
+  using config = Config;
+  static constexpr bool is_identity = false;
+  static constexpr std::uint32_t id = Id;
+  static status validate(const config& c) {
+    return valid_block(c.block) ? status{} : status{errc::invalid_argument, "transform: block is a power of two from 2 to 4096"};
+  }
+  GRADCOMP_HD static std::uint32_t word(const config& c) { return transform_word(Id, c.block); }
+  GRADCOMP_HD static std::uint32_t seed(const config&) { return 0; }
+  GRADCOMP_HD static std::size_t block(const config& c) { return c.block; }
+};
 
 // The block that starts at `offset` of a chunk of n values (offset < n): its length.
 GRADCOMP_HD constexpr std::size_t block_at(std::size_t n, std::size_t block, std::size_t offset) {
