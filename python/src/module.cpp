@@ -43,8 +43,8 @@ struct codec_box {
       kernels = impl->make_device();
       if (!kernels)
         raise(gc::errc::invalid_argument,
-               "codec '" + name + "' has no CUDA kernels (threshold, random-k and AccTFM's row top-k select on the CPU only): "
-               "pass CPU tensors");
+               "codec '" + name + "' has no CUDA kernels (threshold, random-k and row top-k select on the CPU only, and "
+               "the transformed codecs run there): pass CPU tensors");
     }
     return *kernels;
   }
@@ -173,7 +173,7 @@ NB_MODULE(_core, m) {
     if (b.cuda)
       for (const entry& e : registry()) {
         options o;
-        if (e.name == "acctfm") continue;  // row top-k: CPU only
+        if (e.name == "acctfm" || e.name == "dct_topk") continue;  // row top-k (cols required): CPU only
         if (make_codec(e.name, o)->make_device()) codecs.append(e.name);
       }
     d["cuda_codecs"] = codecs;

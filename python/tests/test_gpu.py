@@ -27,7 +27,7 @@ def test_build_info():
     if INFO["cuda"]:
         assert INFO["cuda_version"].count(".") == 1 and INFO["cuda_architectures"]
         assert {"fp32", "bf16", "int8", "int4", "topk", "topk_int8", "sign", "piecewise4"} <= set(INFO["cuda_codecs"])
-        assert not {"threshold", "randomk", "acctfm"} & set(INFO["cuda_codecs"])
+        assert not {"threshold", "randomk", "acctfm", "dct_topk", "int4_rotated", "int2_rotated"} & set(INFO["cuda_codecs"])
     else:
         assert INFO["cuda_version"] is None and INFO["cuda_codecs"] == []
 
