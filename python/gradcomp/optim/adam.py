@@ -1,93 +1,23 @@
-"""1-bit Adam, 0-1 Adam and DeMo: optimizers whose momentum travels through a gradcomp codec.
-
-Every rank holds a full replica of the model (no DDP: the optimizer does the exchanges itself;
-``OneBitAdam(ddp_model)`` raises ``ValueError``). Both optimizers are one algorithm with two
-variance schedules:
-
-* **full steps**, while the variance is live: the gradients are all-reduced in fp32 (their mean:
-  the sum divided by W) and the step is ``torch.optim.Adam``'s, bit for bit;
-* **compressed steps**: each rank updates its momentum with its LOCAL gradient,
-  ``m_r = beta1 m + (1 - beta1) g_r``; ``m_r / W`` goes through the codec's all-reduce (the
-  sharded path: error feedback on the sender and on the shard's owner), the mean replaces m on
-  every rank and ``p -= lr * (m / bc1) / denom``, with ``denom = sqrt(v / bc2) + eps`` as at
-  the last variance update.
-
-:class:`OneBitAdam` (Tang et al. 2021): ``warmup_steps`` full steps, then the variance is frozen
-and every step is compressed. :class:`ZeroOneAdam` (after Lu et al. 2022, simplified): full steps
-at the variance-update steps (every step at first, the interval doubling after every
-``var_update_scaler`` updates) up to ``var_freeze_step``, compressed steps between them; after
-``var_freeze_step`` optionally ``sync_every`` local steps between two exchanges, each rank
-stepping with its own momentum meanwhile.
-
-    >>> opt = gradcomp.optim.OneBitAdam(net.parameters(), lr=1e-3, warmup_steps=200)   # sign + EF, sharded
-    >>> for step in range(steps):
-    ...     loss(net, batch(step, rank)).backward()
-    ...     opt.step(); opt.zero_grad()
-
-Bias corrections are Adam's, ``bc1 = 1 - beta1^t`` and ``bc2 = 1 - beta2^k`` (k: the variance
-updates so far), and stop changing at the freeze. docs/optimizers.md in the repository has the
-options, the bytes and what is tested.
-
-:class:`DeMo` (Peng et al. 2024, decoupled momentum) keeps each rank's momentum its own: every
-step it sends the largest DCT coefficients of its momentum (codec ``dct_topk``: the DCT of
-blocks of 64 values, the top 32 of each row of 4096), subtracts what it sent, and steps by the
-sign of the mean of what every rank sent.
-
-Errors: a bad option raises ``ValueError`` naming it; a corrupted or foreign payload raises
-:class:`gradcomp.Error` on every rank (a one-word all-reduce after each decode tells every rank)
-before the parameters or the moments change.
-"""
+"""1-bit Adam and 0-1 Adam: Adam whose momentum, once the variance is frozen, is averaged
+through a gradcomp codec (the package docstring of gradcomp.optim and docs/optimizers.md have
+the method)."""
 
 from __future__ import annotations
 
-import math
-from typing import List, Optional
+from typing import Optional
 
 import torch
 import torch.distributed as dist
 
-from ._core import Compressor, Error, Sharded, codecs
-from . import _agree
-from ._checkpoint import check_identity, gather_blobs
+from .. import _agree
+from .._checkpoint import check_identity
+from .._core import Compressor, Error, Sharded
+from ._replicas import FORMAT, Flat, align8, check, check_int, every_rank, join_replicas, replica_params, ReplicaOptimizer
 
-__all__ = ["DeMo", "OneBitAdam", "ZeroOneAdam"]
-
-_PATHS = ("sharded", "gather")
 _FULL_STEPS = ("fp32", "bf16")  # the gradient all-reduce of the full (variance-updating) steps
-_FORMAT = 1
-_DEMO_CODEC = {"cols": 4096, "k_per_row": 32, "dct_block": 64}  # DeMo's 32 of 64 x 64, as rows
 
 
-def _align8(n: int) -> int:
-    return (n + 7) & ~7
-
-
-class _Flat:
-    """One parameter group as flat vectors: Adam's moments, the frozen denominator, the local
-    window's state, the codec state and its buffers."""
-
-    def __init__(self, params: List[torch.Tensor], local_steps: bool):
-        self.params = params
-        self.sizes = [p.numel() for p in params]
-        self.n = sum(self.sizes)
-        self.m, self.v, self.denom = torch.zeros(self.n), torch.zeros(self.n), torch.zeros(self.n)
-        self.mean = torch.zeros(self.n)                            # the received mean
-        self.acc = torch.zeros(self.n)                             # the window's lr-weighted mean momentum
-        self.lrsum, self.decay = 0.0, 1.0                          # the window's sum of lr, decoupled decay
-        self.anchor = self.read() if local_steps else None        # the parameters at the last exchange
-
-    def views(self, flat: torch.Tensor):
-        return [t.view_as(p) for t, p in zip(flat.split(self.sizes), self.params)]
-
-    def read(self) -> torch.Tensor:
-        return torch.cat([p.detach().reshape(-1) for p in self.params])
-
-    def grads(self) -> torch.Tensor:
-        # A missing gradient counts as zero: every rank must send the same number of elements.
-        return torch.cat([torch.zeros(p.numel()) if p.grad is None else p.grad.detach().reshape(-1) for p in self.params])
-
-
-class _CompressedAdam(torch.optim.Optimizer):
+class _CompressedAdam(ReplicaOptimizer):
     """What :class:`OneBitAdam` and :class:`ZeroOneAdam` share (their docstrings have the
     arguments)."""
 
@@ -95,15 +25,15 @@ class _CompressedAdam(torch.optim.Optimizer):
 
     def __init__(self, params, lr, betas, eps, weight_decay, decoupled_weight_decay, codec, path, process_group,
                  freeze_step, sync_every, full_steps, codec_options):
-        params = _replica_params(params, f"{self._variant} all-reduces the gradients itself")
-        _check(lr, weight_decay, codec, path, betas, eps)
+        params = replica_params(params, f"{self._variant} all-reduces the gradients itself")
+        check(lr, weight_decay, codec, path, betas, eps)
         if full_steps not in _FULL_STEPS:
             raise ValueError(f"gradcomp.optim: full_steps must be one of {', '.join(_FULL_STEPS)} (got {full_steps!r})")
         defaults = dict(lr=lr, betas=tuple(betas), eps=eps, weight_decay=weight_decay,
                         decoupled_weight_decay=bool(decoupled_weight_decay))
         super().__init__(params, defaults)
         for group in self.param_groups:
-            _check(group["lr"], group["weight_decay"], codec, path, group["betas"], group["eps"])
+            check(group["lr"], group["weight_decay"], codec, path, group["betas"], group["eps"])
         self.codec, self.path, self.codec_options = codec, path, dict(codec_options)
         self.process_group = process_group
         self.freeze_step, self.sync_every, self.full_steps = freeze_step, sync_every, full_steps
@@ -111,7 +41,7 @@ class _CompressedAdam(torch.optim.Optimizer):
             self._codec = Sharded(codec, "all_reduce", **codec_options) if path == "sharded" else Compressor(codec, **codec_options)
         except Error as e:  # an unknown option or a value out of its domain
             raise ValueError(f"gradcomp.optim: codec {codec!r} with {codec_options}: {e}") from None
-        self._world, self._rank = _join_replicas(self.param_groups, process_group)
+        self._world, self._rank = join_replicas(self.param_groups, process_group)
         self._flats = [self._flat(group) for group in self.param_groups]
         self.steps = 0          # optimizer steps taken
         self.var_updates = 0    # full steps (variance updates)
@@ -120,8 +50,8 @@ class _CompressedAdam(torch.optim.Optimizer):
         self.wire_bytes = 0     # bytes this rank puts on the wire (ring model: all-reduce 2 (W - 1) / W)
         self.exchanges = 0      # compressed exchanges (per parameter group)
 
-    def _flat(self, group) -> _Flat:
-        fl = _Flat(list(group["params"]), self.sync_every > 1)
+    def _flat(self, group) -> Flat:
+        fl = Flat(list(group["params"]), self.sync_every > 1)
         w, r, c = self._world, self._rank, self._codec
         if self.path == "sharded":
             fl.state = c.make_state(fl.n, w, r)
@@ -130,7 +60,7 @@ class _CompressedAdam(torch.optim.Optimizer):
             fl.send1, fl.recv1 = torch.zeros(d1["send_bytes"], dtype=torch.uint8), torch.zeros(d1["receive_bytes"], dtype=torch.uint8)
         else:
             fl.state = c.make_state(fl.n)
-            fl.slot = _align8(c.max_payload_bytes(fl.n))
+            fl.slot = align8(c.max_payload_bytes(fl.n))
             fl.send = torch.zeros(fl.slot, dtype=torch.uint8)
             fl.recv = torch.zeros(w * fl.slot, dtype=torch.uint8)
         return fl
@@ -163,20 +93,7 @@ class _CompressedAdam(torch.optim.Optimizer):
 
     # --- steps
 
-    @torch.no_grad()
-    def step(self, closure=None):
-        """One optimizer step (a collective: every rank calls it at the same steps).
-
-        Raises:
-            gradcomp.Error: a payload failed its checks on some rank (on every rank; the
-                parameters and the moments are as before the call).
-        """
-        loss = None
-        if closure is not None:
-            with torch.enable_grad():
-                loss = closure()
-        if len(self._flats) != len(self.param_groups):
-            raise ValueError("gradcomp.optim: param groups added after construction are not supported")
+    def _step(self) -> None:
         t = self.steps + 1
         if not self.frozen and self._variance_due(t):
             for group, fl in zip(self.param_groups, self._flats):
@@ -190,9 +107,8 @@ class _CompressedAdam(torch.optim.Optimizer):
         self.steps = t
         if t >= self.freeze_step:
             self.frozen = True
-        return loss
 
-    def _full_step(self, group, fl: _Flat, t: int, k: int) -> None:
+    def _full_step(self, group, fl: Flat, t: int, k: int) -> None:
         """torch.optim.Adam's step (its single-tensor CPU code, parameter by parameter) on the
         mean gradient, which also sets the denominator the compressed steps use."""
         lr, (beta1, beta2), eps, wd = float(group["lr"]), group["betas"], group["eps"], group["weight_decay"]
@@ -219,7 +135,7 @@ class _CompressedAdam(torch.optim.Optimizer):
         if fl.anchor is not None:
             fl.anchor.copy_(fl.read())
 
-    def _compressed_step(self, group, fl: _Flat, tb: int, sync: bool) -> None:
+    def _compressed_step(self, group, fl: Flat, tb: int, sync: bool) -> None:
         """The local momentum; on a sync step its window's lr-weighted mean is averaged through the
         codec and the parameters move from the anchor by the window's whole update."""
         lr, (beta1, _), wd = float(group["lr"]), group["betas"], group["weight_decay"]
@@ -243,7 +159,7 @@ class _CompressedAdam(torch.optim.Optimizer):
             return
         self._close_window(fl, acc, lrsum, decay, bc1)
 
-    def _close_window(self, fl: _Flat, acc: torch.Tensor, lrsum: float, decay: float, bc1: float) -> None:
+    def _close_window(self, fl: Flat, acc: torch.Tensor, lrsum: float, decay: float, bc1: float) -> None:
         """Averages the window's lr-weighted mean momentum ``acc`` through the codec; every rank
         then moves from the anchor (without local steps: its parameters) by the window's whole
         update and takes the mean as its momentum."""
@@ -275,7 +191,7 @@ class _CompressedAdam(torch.optim.Optimizer):
 
     # --- the exchange
 
-    def _exchange(self, fl: _Flat, x: torch.Tensor) -> None:
+    def _exchange(self, fl: Flat, x: torch.Tensor) -> None:
         """The codec's all-reduce of x: the sum over the ranks in ``fl.mean``."""
         w, c, st = self._world, self._codec, fl.state
         if self.path == "sharded":
@@ -314,7 +230,7 @@ class _CompressedAdam(torch.optim.Optimizer):
 
     # --- checkpoints
 
-    def _codec_blob(self, fl: _Flat) -> bytes:
+    def _codec_blob(self, fl: Flat) -> bytes:
         return self._codec.checkpoint(fl.state) if self.path == "sharded" else fl.state.checkpoint()
 
     def state_dict(self) -> dict:
@@ -331,10 +247,10 @@ class _CompressedAdam(torch.optim.Optimizer):
         groups = [{"m": fl.m.clone(), "v": fl.v.clone(), "denom": fl.denom.clone(),
                    "anchor": None if fl.anchor is None else fl.anchor.clone(), "acc": fl.acc.clone(),
                    "lrsum": fl.lrsum, "decay": fl.decay} for fl in self._flats]
-        states = _every_rank({str(i): self._codec_blob(fl) for i, fl in enumerate(self._flats)}, self._world,
+        states = every_rank({str(i): self._codec_blob(fl) for i, fl in enumerate(self._flats)}, self._world,
                              self.process_group)
         hyper = [{k: v for k, v in g.items() if k != "params"} for g in self.param_groups]
-        return {"format": _FORMAT, "identity": self._identity(), "world_size": self._world, "steps": self.steps,
+        return {"format": FORMAT, "identity": self._identity(), "world_size": self._world, "steps": self.steps,
                 "var_updates": self.var_updates, "frozen": self.frozen, "schedule": self._schedule_state(),
                 "bytes_sent": self.bytes_sent, "wire_bytes": self.wire_bytes, "exchanges": self.exchanges,
                 "param_groups": hyper, "groups": groups, "codec_states": states}
@@ -347,7 +263,7 @@ class _CompressedAdam(torch.optim.Optimizer):
             gradcomp.Error: a corrupted codec state (``checksum_mismatch``, ...); nothing changes then.
         """
         sd = state_dict
-        check_identity(sd, _FORMAT, self._identity(), "gradcomp.optim")
+        check_identity(sd, FORMAT, self._identity(), "gradcomp.optim")
         if sd["world_size"] != self._world:
             raise ValueError(f"gradcomp.optim: checkpoint of {sd['world_size']} ranks, this run has {self._world} "
                              "(another world size is not supported)")
@@ -425,7 +341,7 @@ class OneBitAdam(_CompressedAdam):
                  decoupled_weight_decay: bool = False, warmup_steps: int = 100, codec: str = "sign",
                  path: str = "sharded", process_group: Optional[dist.ProcessGroup] = None, full_steps: str = "fp32",
                  **codec_options) -> None:
-        _check_int("warmup_steps", warmup_steps, 1)
+        check_int("warmup_steps", warmup_steps, 1)
         self.warmup_steps = warmup_steps
         super().__init__(params, lr, betas, eps, weight_decay, decoupled_weight_decay, codec, path, process_group,
                          warmup_steps, 1, full_steps, codec_options)
@@ -467,9 +383,9 @@ class ZeroOneAdam(_CompressedAdam):
                  decoupled_weight_decay: bool = False, var_freeze_step: int = 1000, var_update_scaler: int = 16,
                  sync_every: int = 1, codec: str = "sign", path: str = "sharded",
                  process_group: Optional[dist.ProcessGroup] = None, full_steps: str = "fp32", **codec_options) -> None:
-        _check_int("var_freeze_step", var_freeze_step, 1)
-        _check_int("var_update_scaler", var_update_scaler, 1)
-        _check_int("sync_every", sync_every, 1)
+        check_int("var_freeze_step", var_freeze_step, 1)
+        check_int("var_update_scaler", var_update_scaler, 1)
+        check_int("sync_every", sync_every, 1)
         self.var_update_scaler = var_update_scaler
         self.var_interval, self.var_counter = 1, 0
         super().__init__(params, lr, betas, eps, weight_decay, decoupled_weight_decay, codec, path, process_group,
@@ -491,227 +407,3 @@ class ZeroOneAdam(_CompressedAdam):
 
     def _load_schedule_state(self, s: dict) -> None:
         self.var_interval, self.var_counter = int(s["var_interval"]), int(s["var_counter"])
-
-
-def _replica_params(params, why: str):
-    """The parameters of a replica: a DDP model refused (the optimizer exchanges, ``why``), a
-    module's parameters taken."""
-    if isinstance(params, torch.nn.parallel.DistributedDataParallel):
-        raise ValueError(f"gradcomp.optim: params is a DDP model; {why}: pass the unwrapped model's parameters "
-                         "(every rank a full replica)")
-    return params.parameters() if isinstance(params, torch.nn.Module) else params
-
-
-def _join_replicas(param_groups, process_group):
-    """Checks that every parameter is a whole float32 CPU tensor and that there is one, then
-    broadcasts rank 0's parameters so that the replicas start equal; returns (world, rank)."""
-    for group in param_groups:
-        for p in group["params"]:
-            if type(p).__name__ == "DTensor" or type(p.data).__name__ == "DTensor":
-                raise ValueError("gradcomp.optim: a sharded (FSDP2 / DTensor) parameter: the optimizer needs every "
-                                 "rank to hold the whole parameter (docs/optimizers.md)")
-            if p.dtype != torch.float32 or p.device.type != "cpu":
-                raise ValueError(f"gradcomp.optim: parameters must be float32 CPU tensors (a {p.dtype} tensor on {p.device})")
-    if not any(group["params"] for group in param_groups):
-        raise ValueError("gradcomp.optim: no parameters")
-    if not (dist.is_available() and dist.is_initialized()):
-        return 1, 0
-    world, rank = dist.get_world_size(process_group), dist.get_rank(process_group)
-    if world > 1:
-        src = dist.get_global_rank(process_group, 0) if process_group is not None else 0
-        with torch.no_grad():
-            for group in param_groups:
-                for p in group["params"]:
-                    dist.broadcast(p.data, src, group=process_group)
-    return world, rank
-
-
-def _every_rank(blobs: dict, world: int, group) -> dict:
-    """{name: bytes} of this rank -> {name: [uint8 tensor of every rank]} (a collective)."""
-    if world > 1:
-        return gather_blobs(blobs, group, ragged=True)
-    return {k: [torch.frombuffer(bytearray(v), dtype=torch.uint8)] for k, v in blobs.items()}
-
-
-def _check_int(name: str, value, least: int) -> None:
-    if not isinstance(value, int) or isinstance(value, bool) or value < least:
-        raise ValueError(f"gradcomp.optim: {name} must be an int >= {least}, not {value!r}")
-
-
-def _check(lr, weight_decay, codec, path, betas=(0.0, 0.0), eps=1.0) -> None:
-    if not (isinstance(lr, (int, float)) and math.isfinite(lr) and lr >= 0):
-        raise ValueError(f"gradcomp.optim: lr must be a finite float >= 0, not {lr!r}")
-    if len(betas) != 2 or not all(0.0 <= b < 1.0 for b in betas):
-        raise ValueError(f"gradcomp.optim: betas must be two floats in [0, 1), not {betas!r}")
-    if not (eps > 0 and math.isfinite(eps)):
-        raise ValueError(f"gradcomp.optim: eps must be finite and > 0, not {eps!r}")
-    if not (weight_decay >= 0 and math.isfinite(weight_decay)):
-        raise ValueError(f"gradcomp.optim: weight_decay must be finite and >= 0, not {weight_decay!r}")
-    if codec not in codecs():
-        raise ValueError(f"gradcomp.optim: codec {codec!r} is not one of gradcomp.codecs(): {sorted(codecs())}")
-    if path not in _PATHS:
-        raise ValueError(f"gradcomp.optim: path must be one of {_PATHS}, not {path!r}")
-
-
-class DeMo(torch.optim.Optimizer):
-    """DeMo, decoupled momentum (Peng et al. 2024): each rank keeps its own momentum and every
-    step sends only its fast components, the largest DCT coefficients.
-
-    Per parameter group, as one flat vector: ``d = decay * d + lr * g`` (the local gradient);
-    ``q = compress(d)`` with the codec (default ``dct_topk``: the orthonormal DCT-II of blocks of
-    ``dct_block`` values, the ``k_per_row`` largest coefficients of each row of ``cols`` values,
-    bf16 values); ``d -= decode(q)`` (what was sent leaves the momentum, which thereby is the
-    error feedback); every rank's ``q`` is all-gathered and decoded into the mean ``u``; then
-    ``p *= 1 - lr * weight_decay`` and ``p -= lr * sign(u)`` (or ``lr * u`` with
-    ``sign=False``). The published setting is chunks of 64 x 64 with the top 32: here the DCT
-    runs along the flat vector in blocks of 64 and the top 32 is taken per row of 4096, the same
-    density (1/128).
-
-    Args:
-        params: the replica's parameters (float32 CPU tensors; an iterable of tensors or of param
-            group dicts, or a module, not wrapped in DDP), rank 0's broadcast at the start.
-        lr (float): the learning rate (default 1e-3).
-        momentum_decay (float): the momentum's decay in [0, 1) (default 0.999, DeMo's).
-        weight_decay (float): decoupled decay of the parameters (default 0).
-        sign (bool): step by the sign of the mean (default True, DeMo's) or by the mean.
-        codec (str): a codec of :func:`gradcomp.codecs` (default ``"dct_topk"``; any other codec
-            sends the momentum its way, e.g. ``"topk"``).
-        process_group (ProcessGroup, optional): the replicas (default: the world).
-        **codec_options: the codec's options (default for ``dct_topk``: ``cols=4096``,
-            ``k_per_row=32``, ``dct_block=64``). ``error_feedback`` must stay off: the momentum
-            keeps what was not sent.
-
-    Only the gather path: a rank subtracts exactly what it sent, which the sharded path's
-    owners would re-encode (docs/optimizers.md).
-
-    Raises:
-        ValueError: an option out of its domain (named in the message), an unknown codec,
-            error feedback in the codec, parameters that are not float32 CPU tensors, a DDP model.
-    """
-
-    def __init__(self, params, lr: float = 1e-3, momentum_decay: float = 0.999, weight_decay: float = 0.0,
-                 sign: bool = True, codec: str = "dct_topk", process_group: Optional[dist.ProcessGroup] = None,
-                 **codec_options) -> None:
-        params = _replica_params(params, "DeMo exchanges the momentum itself")
-        if not (0.0 <= momentum_decay < 1.0):
-            raise ValueError(f"gradcomp.optim: momentum_decay must be in [0, 1), not {momentum_decay!r}")
-        _check(lr, weight_decay, codec, "gather")
-        if codec_options.get("error_feedback"):
-            raise ValueError("gradcomp.optim: DeMo's momentum is its error feedback: error_feedback must be off")
-        options = dict(_DEMO_CODEC if codec == "dct_topk" else {}, **codec_options)
-        options["error_feedback"] = False
-        super().__init__(params, dict(lr=lr, momentum_decay=momentum_decay, weight_decay=weight_decay, sign=bool(sign)))
-        for group in self.param_groups:
-            _check(group["lr"], group["weight_decay"], codec, "gather")
-        self.codec, self.codec_options, self.process_group = codec, options, process_group
-        try:
-            self._codec = Compressor(codec, **options)
-        except Error as e:
-            raise ValueError(f"gradcomp.optim: codec {codec!r} with {options}: {e}") from None
-        self._world, self._rank = _join_replicas(self.param_groups, process_group)
-        self._flats = [self._flat(group) for group in self.param_groups]
-        self.steps, self.bytes_sent, self.wire_bytes = 0, 0, 0
-
-    def _flat(self, group) -> _Flat:
-        fl = _Flat(list(group["params"]), False)
-        c = self._codec
-        fl.state = c.make_state(fl.n)
-        fl.slot = _align8(c.max_payload_bytes(fl.n))
-        fl.send = torch.zeros(fl.slot, dtype=torch.uint8)
-        fl.recv = torch.zeros(self._world * fl.slot, dtype=torch.uint8)
-        fl.sent = torch.zeros(fl.n)
-        return fl
-
-    def __repr__(self) -> str:
-        g = self.param_groups[0]
-        opts = "".join(f", {k}={v!r}" for k, v in sorted(self.codec_options.items()))
-        return (f"gradcomp.optim.DeMo(lr={g['lr']}, momentum_decay={g['momentum_decay']}, weight_decay={g['weight_decay']}, "
-                f"sign={g['sign']}, codec={self.codec!r}{opts}; step {self.steps}, world {self._world})")
-
-    @torch.no_grad()
-    def step(self, closure=None):
-        """One step (a collective: every rank calls it at the same steps).
-
-        Raises:
-            gradcomp.Error: a payload failed its checks on some rank (on every rank; the
-                parameters and the momenta are as before the call).
-        """
-        loss = None
-        if closure is not None:
-            with torch.enable_grad():
-                loss = closure()
-        if len(self._flats) != len(self.param_groups):
-            raise ValueError("gradcomp.optim: param groups added after construction are not supported")
-        for group, fl in zip(self.param_groups, self._flats):
-            lr, wd = float(group["lr"]), group["weight_decay"]
-            d = fl.m.mul(group["momentum_decay"]).add_(fl.grads(), alpha=lr)
-            c, w = self._codec, self._world
-            fl.send.zero_()
-            used = c.compress(d, fl.state, fl.send)
-            c.decompress(fl.send[:used], fl.sent)
-            self.bytes_sent += fl.slot
-            self.wire_bytes += (w - 1) * fl.slot
-            if w > 1:
-                dist.all_gather_into_tensor(fl.recv, fl.send, group=self.process_group)
-            else:
-                fl.recv.copy_(fl.send)
-
-            def decode():
-                fl.mean.zero_()
-                c.accumulate_gathered(fl.recv, fl.mean, fl.slot)
-
-            self.wire_bytes += _agree.checked(decode, w, self.process_group, "gradcomp.optim")
-            fl.m.copy_(d.sub_(fl.sent))
-            update = fl.mean.sign() if group["sign"] else fl.mean.div(w)
-            for p, u in zip(fl.params, fl.views(update)):
-                if wd != 0:
-                    p.mul_(1 - lr * wd)
-                p.add_(u, alpha=-lr)
-        self.steps += 1
-        return loss
-
-    def state_dict(self) -> dict:
-        """The optimizer's state (a collective: every rank calls it): ``format``, ``identity``,
-        ``world_size``, ``steps``, ``bytes_sent``, ``wire_bytes``, ``param_groups``, ``momenta``
-        (group index -> every rank's momentum, [world, n]) and ``codec_states`` (group index ->
-        every rank's codec state bytes, as uint8 tensors)."""
-        gathered = []
-        for fl in self._flats:
-            rows = [fl.m.clone() for _ in range(self._world)]
-            if self._world > 1:
-                dist.all_gather(rows, fl.m, group=self.process_group)
-            gathered.append(torch.stack(rows))
-        states = _every_rank({str(i): fl.state.checkpoint() for i, fl in enumerate(self._flats)}, self._world,
-                             self.process_group)
-        hyper = [{k: v for k, v in g.items() if k != "params"} for g in self.param_groups]
-        return {"format": _FORMAT, "identity": self._identity(), "world_size": self._world, "steps": self.steps,
-                "bytes_sent": self.bytes_sent, "wire_bytes": self.wire_bytes, "param_groups": hyper,
-                "momenta": {str(i): g for i, g in enumerate(gathered)}, "codec_states": states}
-
-    def load_state_dict(self, state_dict: dict) -> None:
-        """Restores :meth:`state_dict` at the saved world size (the run continues bit for bit).
-
-        Raises:
-            ValueError: another format, codec, options, world size or parameter layout.
-            gradcomp.Error: a corrupted codec state; nothing changes then.
-        """
-        sd = state_dict
-        check_identity(sd, _FORMAT, self._identity(), "gradcomp.optim")
-        if sd["world_size"] != self._world:
-            raise ValueError(f"gradcomp.optim: checkpoint of {sd['world_size']} ranks, this run has {self._world} "
-                             "(another world size is not supported)")
-        if len(sd["momenta"]) != len(self._flats) or any(sd["momenta"][str(i)][self._rank].numel() != fl.n
-                                                        for i, fl in enumerate(self._flats)):
-            raise ValueError("gradcomp.optim: checkpoint of another parameter layout")
-        fresh = [self._flat(g) for g in self.param_groups]  # restored into new states: all or nothing
-        for i, fl in enumerate(fresh):
-            fl.state.restore(bytes(sd["codec_states"][str(i)][self._rank].numpy().tobytes()))
-            fl.m.copy_(sd["momenta"][str(i)][self._rank])
-        for g, h in zip(self.param_groups, sd["param_groups"]):
-            g.update(h)
-        self._flats = fresh
-        self.steps, self.bytes_sent, self.wire_bytes = int(sd["steps"]), int(sd["bytes_sent"]), int(sd["wire_bytes"])
-
-    def _identity(self) -> str:
-        opts = ",".join(f"{k}={v!r}" for k, v in sorted(self.codec_options.items()))
-        return f"DeMo:{self.codec}:{opts}"
