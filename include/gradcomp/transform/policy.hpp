@@ -91,16 +91,4 @@ void for_each_block(std::size_t n, std::size_t block, F&& f) {
   }
 }
 
-// Chunk `chunk` of n values at x, in place, forward or back (host).
-template <transform_policy X>
-void forward(const typename X::config& c, std::uint32_t chunk, float* x, std::size_t n) {
-  float tmp[max_block];
-  for_each_block(n, X::block(c), [&](std::size_t at, std::size_t b) { X::forward_block(c, chunk, at, x + at, tmp, b); });
-}
-template <transform_policy X>
-void inverse(const typename X::config& c, std::uint32_t chunk, float* x, std::size_t n) {
-  float tmp[max_block];
-  for_each_block(n, X::block(c), [&](std::size_t at, std::size_t b) { X::inverse_block(c, chunk, at, x + at, tmp, b); });
-}
-
 }  // namespace gradcomp::transform
