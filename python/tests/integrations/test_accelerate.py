@@ -161,9 +161,9 @@ _SCRIPT = """
     x, y = testing.MarkovTask().batch(accelerator.process_index, 8, 32)
     accelerator.backward(F.cross_entropy(model(x).flatten(0, 1), y.flatten()))
     opt.step()
-    print("RESULT", json.dumps({"processes": accelerator.num_processes, "type": str(accelerator.distributed_type),
-                                "calls": state and state.calls, "warned": [str(w.message) for w in caught]}))
-    sys.stdout.flush()
+    with open(os.path.join(sys.argv[1], f"rank{accelerator.process_index}.json"), "w") as f:
+        json.dump({"processes": accelerator.num_processes, "type": str(accelerator.distributed_type),
+                   "calls": state and state.calls, "warned": [str(w.message) for w in caught]}, f)
     os._exit(0)  # past gloo's teardown at exit (dist_util says why)
 """
 
@@ -174,17 +174,19 @@ def test_accelerate_launch_on_cpu(tmp_path):
     launch = ["-m", "accelerate.commands.launch", "--num_machines", "1", "--mixed_precision", "no",
               "--dynamo_backend", "no", "--num_processes", "2"]
 
-    def results(*flags):
-        out = trainer_util.launch([*launch, *flags, str(script)])
-        return [json.loads(line.split("RESULT ", 1)[1]) for line in out.splitlines() if "RESULT " in line]
+    def results(name, *flags):  # what each process of the launch wrote
+        (tmp_path / name).mkdir()
+        out = trainer_util.launch([*launch, *flags, str(script), str(tmp_path / name)])
+        files = sorted((tmp_path / name).iterdir())
+        return [json.loads(f.read_text()) for f in files], out
 
     # --multi_gpu: accelerate's torchrun launcher, 2 processes; Accelerator(cpu=True) makes them CPU ranks.
-    ranks = results("--multi_gpu", "--main_process_port", str(dist_util._free_port()))
-    assert len(ranks) == 2, ranks
+    ranks, out = results("multi_gpu", "--multi_gpu", "--main_process_port", str(dist_util._free_port()))
+    assert len(ranks) == 2, out[-6000:]
     for r in ranks:
         assert r["processes"] == 2 and r["type"] == "DistributedType.MULTI_CPU" and r["calls"] > 0, r
     # --cpu: the simple launcher runs the script once; register says how to start 2.
-    (one,) = results("--cpu")
+    (one,), _ = results("cpu", "--cpu")
     assert one["processes"] == 1 and one["calls"] is None, one
     (warning,) = one["warned"]
     assert "started this one process" in warning and "torchrun --nproc-per-node N" in warning, warning

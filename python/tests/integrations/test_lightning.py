@@ -56,16 +56,18 @@ class ShardedModule(Module):
 
 
 class HookName(L.Callback):
-    """Records the hook DDP reports while the model is wrapped (fit unwraps it at the end)."""
+    """Records the hook DDP reports while the model is wrapped (fit unwraps it at the end), and
+    the DDP module's find_unused_parameters."""
 
-    name = None
+    name = unused = None
 
     def on_train_start(self, trainer, module):
         self.name = trainer_util.hook_name(trainer.strategy.model)
+        self.unused = getattr(trainer.strategy.model, "find_unused_parameters", None)
 
 
-def _recorded(trainer):
-    return next(c.name for c in trainer.callbacks if isinstance(c, HookName))
+def _recorded(trainer, what="name"):
+    return next(getattr(c, what) for c in trainer.callbacks if isinstance(c, HookName))
 
 
 def _data(world):
@@ -100,7 +102,7 @@ def _train(rank, world):
             if label == "int8":
                 st = strategy.hook_state
                 out[label].update(bytes=st.bytes_sent, calls=st.calls, paths=set(st.paths.values()),
-                                  small=st.min_compress_numel, ddp=strategy.model.find_unused_parameters)
+                                  small=st.min_compress_numel, ddp=_recorded(trainer, "unused"))
 
         module = _module(ShardedModule)
         trainer = _trainer(L.strategies.ModelParallelStrategy(data_parallel_size=world, tensor_parallel_size=1), world)

@@ -18,16 +18,17 @@ def run(world: int, fn, *args):
 
 def launch(args, env=None, timeout: float = 300) -> str:
     """Runs ``python args...`` (a launcher: ``-m torch.distributed.run ...``) with this test's
-    gradcomp first on the path and ``env`` added; returns its output (stdout and stderr).
-    Raises AssertionError with the output when it fails."""
+    gradcomp first on the path and ``env`` added; returns its stdout, then its stderr (apart:
+    the processes' logs do not break into a printed line). Raises AssertionError with the
+    output when it fails."""
     import gradcomp
 
     path = [os.path.dirname(os.path.dirname(gradcomp.__file__)), os.environ.get("PYTHONPATH", "")]
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in path if p), "OMP_NUM_THREADS": "1", **(env or {})}
-    done = subprocess.run([sys.executable, *args], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                          text=True, timeout=timeout)
-    assert done.returncode == 0, done.stdout[-6000:]
-    return done.stdout
+    done = subprocess.run([sys.executable, *args], env=env, capture_output=True, text=True, timeout=timeout)
+    out = done.stdout + "\n" + done.stderr
+    assert done.returncode == 0, out[-6000:]
+    return out
 
 
 def batches(count: int, batch: int = 8, seq: int = 32, first: int = 0):
