@@ -223,3 +223,101 @@ def test_bad_options_raise_a_value_error_naming_them(kwargs, name):
         LocalSteps(_net(), **kwargs)
     with pytest.raises(ValueError, match="float32"):
         LocalSteps(_net().double(), "int8")
+
+
+def _trained(rank, steps, *args, **kwargs):
+    # 9 inner steps of SGD with a LocalSteps made with these arguments: the parameters.
+    net = _net()
+    sync = LocalSteps(net, *args, **kwargs)
+    opt = torch.optim.SGD(net.parameters(), lr=0.05)
+    for step in range(steps):
+        _inner_step(net, opt, rank, step)
+        sync.step()
+    return _flat(net)
+
+
+def _outer_optimizers(rank, world):
+    # The same run with the built-in outer step and with a torch optimizer over the anchors.
+    out = {}
+    for codec, path, kw in (("fp32", "summable", {}), ("int8", "sharded", {"fragments": 2, "overlap": 1})):
+        plain = _trained(rank, 9, codec, path=path, period=2, outer_lr=1.0, outer_momentum=0.0, **kw)
+        sgd = _trained(rank, 9, codec, path=path, period=2, outer_optimizer=lambda ps: torch.optim.SGD(ps, lr=1.0), **kw)
+        out[f"sgd:{codec}"] = torch.equal(plain.view(torch.int32), sgd.view(torch.int32))
+        ref = _trained(rank, 9, codec, path=path, period=2, outer_lr=0.7, outer_momentum=0.9, nesterov=True, **kw)
+        nesterov = _trained(rank, 9, codec, path=path, period=2, outer_optimizer=lambda ps: torch.optim.SGD(
+            ps, lr=0.7, momentum=0.9, nesterov=True), **kw)
+        out[f"nesterov:{codec}"] = float((ref - nesterov).abs().max())
+    return out
+
+
+def test_a_torch_outer_optimizer_equals_the_built_in_rule():
+    got = dist_util.run(2, _outer_optimizers)
+    assert got["sgd:fp32"] and got["sgd:int8"]  # SGD, lr 1, no momentum: plain averaging, bit for bit
+    assert got["nesterov:fp32"] <= 1e-6 and got["nesterov:int8"] <= 1e-6, got  # to rounding
+
+
+def _adam_outer(rank, world, directory):
+    # Adam as the outer optimizer: the replicas stay identical and the loss falls; a state_dict
+    # taken mid-run (an exchange in flight, Adam's moments) resumes bit for bit.
+    def make(net):
+        return LocalSteps(net, "int4", path="gather", period=3, overlap=1, error_feedback=True,
+                          outer_optimizer=lambda ps: torch.optim.Adam(ps, lr=0.02))
+
+    def loss(net):
+        g = torch.Generator().manual_seed(7)
+        x = torch.randn(64, 16, generator=g)
+        return (net(x) - torch.sin(x[:, :4])).square().mean().item()
+
+    net = _net()
+    sync, first = make(net), loss(net)
+    opt = torch.optim.SGD(net.parameters(), lr=0.05)
+    same = []
+    for step in range(30):
+        g = torch.Generator().manual_seed(1000 * step + rank)
+        x = torch.randn(8, 16, generator=g)
+        opt.zero_grad()
+        (net(x) - torch.sin(x[:, :4])).square().mean().backward()
+        opt.step()
+        before = sync.syncs
+        sync.step()
+        if step == 14:  # an exchange in flight
+            torch.save({"model": net.state_dict(), "sync": sync.state_dict()}, f"{directory}/{rank}.pt")
+        if sync.syncs > before:
+            same.append(dist_util.all_same(_flat(net)))
+    sync.finish()
+    whole = _flat(net)
+    net2 = _net()
+    sync2 = make(net2)
+    sd = torch.load(f"{directory}/{rank}.pt", weights_only=False)
+    net2.load_state_dict(sd["model"])
+    sync2.load_state_dict(sd["sync"])
+    opt2 = torch.optim.SGD(net2.parameters(), lr=0.05)
+    for step in range(15, 30):
+        g = torch.Generator().manual_seed(1000 * step + rank)
+        x = torch.randn(8, 16, generator=g)
+        opt2.zero_grad()
+        (net2(x) - torch.sin(x[:, :4])).square().mean().backward()
+        opt2.step()
+        sync2.step()
+    sync2.finish()
+    resumed = torch.equal(whole.view(torch.int32), _flat(net2).view(torch.int32))
+    return all(same) and len(same) == 9 and dist_util.all_same(whole), loss(net) < 0.7 * first, resumed, \
+        sync.wire_bytes == sync2.wire_bytes
+
+
+def test_adam_as_the_outer_optimizer_trains_identical_replicas_and_resumes(tmp_path):
+    got = dist_util.run(2, _adam_outer, str(tmp_path))
+    assert got == (True, True, True, True), got
+
+
+def test_bad_outer_optimizer_combinations_raise():
+    sgd = lambda ps: torch.optim.SGD(ps, lr=1.0)  # noqa: E731
+    for kw in ({"outer_lr": 0.7}, {"outer_momentum": 0.0}, {"nesterov": False}):
+        with pytest.raises(ValueError, match="outer_optimizer"):
+            LocalSteps(_net(), "fp32", outer_optimizer=sgd, **kw)
+    with pytest.raises(ValueError, match="outer_optimizer"):
+        LocalSteps(_net(), "fp32", outer_optimizer=lambda ps: ps)
+    with pytest.raises(ValueError, match="outer step"):
+        LocalSteps(_net(), "fp32", period=2, outer_optimizer=sgd).load_state_dict(LocalSteps(_net(), "fp32", period=2).state_dict())
+    sync = LocalSteps(_net(), "fp32", period=2, outer_optimizer=sgd)
+    assert "outer_optimizer=SGD" in repr(sync) and isinstance(sync.outer_optimizer, torch.optim.SGD)
