@@ -198,26 +198,15 @@ def _phase(d) -> Phase:
     return p._replace(dtype=_TYPES.get(p.dtype, p.dtype))
 
 
+def _counted(name: str, doc: str) -> property:
+    return property(lambda self: getattr(self._ex, name), lambda self, v: setattr(self._ex, name, v), doc=doc)
+
+
 class ByteCounts:
     """``bytes_sent`` and ``wire_bytes`` of the object's exchange (``self._ex``)."""
 
-    @property
-    def bytes_sent(self) -> int:
-        """Bytes this rank handed to the collectives."""
-        return self._ex.bytes_sent
-
-    @bytes_sent.setter
-    def bytes_sent(self, v: int) -> None:
-        self._ex.bytes_sent = v
-
-    @property
-    def wire_bytes(self) -> int:
-        """Bytes this rank put on the wire (ring model)."""
-        return self._ex.wire_bytes
-
-    @wire_bytes.setter
-    def wire_bytes(self, v: int) -> None:
-        self._ex.wire_bytes = v
+    bytes_sent = _counted("bytes_sent", "Bytes this rank handed to the collectives.")
+    wire_bytes = _counted("wire_bytes", "Bytes this rank put on the wire (ring model).")
 
 
 # --- the library's codecs as flows

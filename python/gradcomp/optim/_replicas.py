@@ -9,6 +9,7 @@ from typing import List
 
 import torch
 
+from .._checkpoint import check_identity, every_rank
 from .._core import Compressor, Error, Sharded, codecs
 from .._exchange import ByteCounts, Exchange, FlatParams, TorchTransport
 
@@ -115,3 +116,43 @@ class ReplicaOptimizer(ByteCounts, torch.optim.Optimizer):
 
     def _step(self) -> None:
         raise NotImplementedError
+
+    def world(self) -> int:
+        """The number of replicas (the process group's size)."""
+        return self._world
+
+    def rank(self) -> int:
+        """This replica's rank in the process group."""
+        return self._rank
+
+    # --- what the state dicts share
+
+    def _saved(self, **state) -> dict:
+        """The state dict: ``state`` and what every optimizer here saves (a collective)."""
+        states = every_rank({str(i): fl.flow.checkpoint() for i, fl in enumerate(self._flats)}, self._world,
+                            self.process_group)
+        hyper = [{k: v for k, v in g.items() if k != "params"} for g in self.param_groups]
+        return {"format": FORMAT, "identity": self._identity(), "world_size": self._world, "steps": self.steps,
+                "bytes_sent": self.bytes_sent, "wire_bytes": self.wire_bytes, "param_groups": hyper, **state,
+                "codec_states": states}
+
+    def _restored(self, sd: dict, sizes) -> list:
+        """Checks a state dict of :meth:`_saved` (with ``sizes``, the saved groups' sizes) and
+        returns new groups whose codec states are the saved ones; the caller then restores the
+        rest (all or nothing: a corrupted codec state raises before anything changes)."""
+        check_identity(sd, FORMAT, self._identity(), "gradcomp.optim")
+        if sd["world_size"] != self._world:
+            raise ValueError(f"gradcomp.optim: checkpoint of {sd['world_size']} ranks, this run has {self._world} "
+                             "(another world size is not supported)")
+        if len(sizes) != len(self._flats) or any(n != fl.n for n, fl in zip(sizes, self._flats)):
+            raise ValueError("gradcomp.optim: checkpoint of another parameter layout")
+        fresh = [self._flat(g) for g in self.param_groups]
+        for i, fl in enumerate(fresh):
+            fl.flow.restore(bytes(sd["codec_states"][str(i)][self._rank].numpy().tobytes()))
+        return fresh
+
+    def _commit(self, sd: dict, fresh: list) -> None:
+        for g, h in zip(self.param_groups, sd["param_groups"]):
+            g.update(h)
+        self._flats = fresh
+        self.steps, self.bytes_sent, self.wire_bytes = int(sd["steps"]), int(sd["bytes_sent"]), int(sd["wire_bytes"])

@@ -9,9 +9,8 @@ from typing import Optional
 import torch
 import torch.distributed as dist
 
-from .._checkpoint import check_identity, every_rank
 from .._exchange import make_flow
-from ._replicas import FORMAT, Flat, check, check_int, join_replicas, make_codec, replica_params, ReplicaOptimizer
+from ._replicas import Flat, check, check_int, join_replicas, make_codec, replica_params, ReplicaOptimizer
 
 _FULL_STEPS = ("fp32", "bf16")  # the gradient all-reduce of the full (variance-updating) steps
 
@@ -55,14 +54,6 @@ class _CompressedAdam(ReplicaOptimizer):
         return (f"gradcomp.optim.{type(self).__name__}(lr={g['lr']}, betas={g['betas']}, eps={g['eps']}, "
                 f"weight_decay={g['weight_decay']}, {self._schedule()}, codec={self.codec!r}, path={self.path!r}{opts}; "
                 f"step {self.steps}, world {self._world})")
-
-    def world(self) -> int:
-        """The number of replicas (the process group's size)."""
-        return self._world
-
-    def rank(self) -> int:
-        """This replica's rank in the process group."""
-        return self._rank
 
     # --- the schedule (the subclasses')
 
@@ -195,13 +186,8 @@ class _CompressedAdam(ReplicaOptimizer):
         groups = [{"m": fl.m.clone(), "v": fl.v.clone(), "denom": fl.denom.clone(),
                    "anchor": None if fl.anchor is None else fl.anchor.clone(), "acc": fl.acc.clone(),
                    "lrsum": fl.lrsum, "decay": fl.decay} for fl in self._flats]
-        states = every_rank({str(i): fl.flow.checkpoint() for i, fl in enumerate(self._flats)}, self._world,
-                             self.process_group)
-        hyper = [{k: v for k, v in g.items() if k != "params"} for g in self.param_groups]
-        return {"format": FORMAT, "identity": self._identity(), "world_size": self._world, "steps": self.steps,
-                "var_updates": self.var_updates, "frozen": self.frozen, "schedule": self._schedule_state(),
-                "bytes_sent": self.bytes_sent, "wire_bytes": self.wire_bytes, "exchanges": self.exchanges,
-                "param_groups": hyper, "groups": groups, "codec_states": states}
+        return self._saved(var_updates=self.var_updates, frozen=self.frozen, schedule=self._schedule_state(),
+                           exchanges=self.exchanges, groups=groups)
 
     def load_state_dict(self, state_dict: dict) -> None:
         """Restores :meth:`state_dict` at the saved world size (the run continues bit for bit).
@@ -211,16 +197,8 @@ class _CompressedAdam(ReplicaOptimizer):
             gradcomp.Error: a corrupted codec state (``checksum_mismatch``, ...); nothing changes then.
         """
         sd = state_dict
-        check_identity(sd, FORMAT, self._identity(), "gradcomp.optim")
-        if sd["world_size"] != self._world:
-            raise ValueError(f"gradcomp.optim: checkpoint of {sd['world_size']} ranks, this run has {self._world} "
-                             "(another world size is not supported)")
-        groups = sd["groups"]
-        if len(groups) != len(self._flats) or any(s["m"].numel() != fl.n for s, fl in zip(groups, self._flats)):
-            raise ValueError("gradcomp.optim: checkpoint of another parameter layout")
-        fresh = [self._flat(g) for g in self.param_groups]  # restored into new states: all or nothing
-        for i, fl in enumerate(fresh):
-            fl.flow.restore(bytes(sd["codec_states"][str(i)][self._rank].numpy().tobytes()))
+        groups = sd.get("groups", [])
+        fresh = self._restored(sd, [s["m"].numel() for s in groups])
         for s, fl in zip(groups, fresh):
             fl.m.copy_(s["m"])
             fl.v.copy_(s["v"])
@@ -229,12 +207,9 @@ class _CompressedAdam(ReplicaOptimizer):
             if fl.anchor is not None:
                 fl.anchor.copy_(s["anchor"])
             fl.lrsum, fl.decay = float(s["lrsum"]), float(s["decay"])
-        for g, h in zip(self.param_groups, sd["param_groups"]):
-            g.update(h)
-        self._flats = fresh
-        self.steps, self.var_updates, self.frozen = int(sd["steps"]), int(sd["var_updates"]), bool(sd["frozen"])
+        self._commit(sd, fresh)
+        self.var_updates, self.frozen, self.exchanges = int(sd["var_updates"]), bool(sd["frozen"]), int(sd["exchanges"])
         self._load_schedule_state(sd["schedule"])
-        self.bytes_sent, self.wire_bytes, self.exchanges = int(sd["bytes_sent"]), int(sd["wire_bytes"]), int(sd["exchanges"])
 
     def _schedule_state(self) -> dict:
         return {}

@@ -8,9 +8,8 @@ from typing import Optional
 import torch
 import torch.distributed as dist
 
-from .._checkpoint import check_identity, every_rank
 from .._exchange import GatherFlow
-from ._replicas import FORMAT, Flat, check, join_replicas, make_codec, replica_params, ReplicaOptimizer
+from ._replicas import Flat, check, join_replicas, make_codec, replica_params, ReplicaOptimizer
 
 _DEMO_CODEC = {"cols": 4096, "k_per_row": 32, "dct_block": 64}  # DeMo's 32 of 64 x 64, as rows
 
@@ -109,12 +108,7 @@ class DeMo(ReplicaOptimizer):
             if self._world > 1:
                 dist.all_gather(rows, fl.m, group=self.process_group)
             gathered.append(torch.stack(rows))
-        states = every_rank({str(i): fl.flow.checkpoint() for i, fl in enumerate(self._flats)}, self._world,
-                             self.process_group)
-        hyper = [{k: v for k, v in g.items() if k != "params"} for g in self.param_groups]
-        return {"format": FORMAT, "identity": self._identity(), "world_size": self._world, "steps": self.steps,
-                "bytes_sent": self.bytes_sent, "wire_bytes": self.wire_bytes, "param_groups": hyper,
-                "momenta": {str(i): g for i, g in enumerate(gathered)}, "codec_states": states}
+        return self._saved(momenta={str(i): g for i, g in enumerate(gathered)})
 
     def load_state_dict(self, state_dict: dict) -> None:
         """Restores :meth:`state_dict` at the saved world size (the run continues bit for bit).
@@ -124,21 +118,11 @@ class DeMo(ReplicaOptimizer):
             gradcomp.Error: a corrupted codec state; nothing changes then.
         """
         sd = state_dict
-        check_identity(sd, FORMAT, self._identity(), "gradcomp.optim")
-        if sd["world_size"] != self._world:
-            raise ValueError(f"gradcomp.optim: checkpoint of {sd['world_size']} ranks, this run has {self._world} "
-                             "(another world size is not supported)")
-        if len(sd["momenta"]) != len(self._flats) or any(sd["momenta"][str(i)][self._rank].numel() != fl.n
-                                                        for i, fl in enumerate(self._flats)):
-            raise ValueError("gradcomp.optim: checkpoint of another parameter layout")
-        fresh = [self._flat(g) for g in self.param_groups]  # restored into new states: all or nothing
+        momenta = sd.get("momenta", {})
+        fresh = self._restored(sd, [momenta[str(i)].shape[-1] for i in range(len(momenta))])
         for i, fl in enumerate(fresh):
-            fl.flow.restore(bytes(sd["codec_states"][str(i)][self._rank].numpy().tobytes()))
-            fl.m.copy_(sd["momenta"][str(i)][self._rank])
-        for g, h in zip(self.param_groups, sd["param_groups"]):
-            g.update(h)
-        self._flats = fresh
-        self.steps, self.bytes_sent, self.wire_bytes = int(sd["steps"]), int(sd["bytes_sent"]), int(sd["wire_bytes"])
+            fl.m.copy_(momenta[str(i)][self._rank])
+        self._commit(sd, fresh)
 
     def _identity(self) -> str:
         opts = ",".join(f"{k}={v!r}" for k, v in sorted(self.codec_options.items()))
