@@ -2,8 +2,9 @@
 group) sum a tensor over the ranks through a gradcomp codec.
 
 A **flow** is a codec on a path with its state, seen as phases: ``phase_count``; ``describe(k)``,
-a :class:`Phase` (the collective, the buffers' element type, the bytes sent and received);
-``encode(k, x, send)``; ``receive(k, recv, out)`` (the last phase leaves the sum in ``out``).
+a :class:`Phase` or a dict of the same (the collective, the buffers' element type, the bytes sent
+and received); ``encode(k, x, send)``; ``receive(k, recv, out)`` (the last phase leaves the sum
+in ``out``).
 :func:`make_flow` adapts the library's codecs: the summable path (a ``SummableCast``: one SUM
 all-reduce of the cast's buffer), the gather path (a ``Compressor``: every rank's frame in an
 8-byte-aligned slot, all-gathered, decoded in rank order) and the sharded path (``Sharded`` in
@@ -194,8 +195,11 @@ class Exchange:
 
 
 def _phase(d) -> Phase:
-    p = Phase(**d) if isinstance(d, dict) else d
-    return p._replace(dtype=_TYPES.get(p.dtype, p.dtype))
+    """A Phase, or a describe dict with ``collective``, ``send_bytes``, ``receive_bytes`` and
+    optionally ``type`` (default ``"u8"``) and ``op`` (the library's dicts carry more keys)."""
+    if isinstance(d, dict):
+        d = Phase(d["collective"], d.get("type", "u8"), d["send_bytes"], d["receive_bytes"], d.get("op", "sum"))
+    return d._replace(dtype=_TYPES.get(d.dtype, d.dtype))
 
 
 def _counted(name: str, doc: str) -> property:
