@@ -25,6 +25,7 @@ that advances one collective at a time (an exchange overlapped with compute);
 
 from __future__ import annotations
 
+from functools import partial
 from typing import List, NamedTuple, Optional
 
 import numpy as np
@@ -45,7 +46,8 @@ def align8(n: int) -> int:
 class Phase(NamedTuple):
     """One phase of a flow: ``collective`` (``"all_reduce"``, ``"all_gather"`` or ``"all_to_all"``),
     ``dtype`` of its buffers (a torch dtype or a name: ``"u8"``, ``"u32"``, ``"f32"``, ``"bf16"``,
-    ``"f16"``), the bytes a rank sends and receives, and the all-reduce's ``op``."""
+    ``"f16"``), the bytes a rank sends and receives, and the all-reduce's ``op`` (``"sum"``,
+    ``"max"`` or ``"bor"``)."""
     collective: str
     dtype: object
     send_bytes: int
@@ -70,8 +72,8 @@ class TorchTransport:
         self.rank = dist.get_rank(group) if on else 0
 
     def all_reduce(self, t, op="sum"):
-        return dist.all_reduce(t, op=dist.ReduceOp.MAX if op == "max" else dist.ReduceOp.SUM, group=self.group,
-                               async_op=True)
+        ops = {"sum": dist.ReduceOp.SUM, "max": dist.ReduceOp.MAX, "bor": dist.ReduceOp.BOR}
+        return dist.all_reduce(t, op=ops[op], group=self.group, async_op=True)
 
     def all_gather(self, recv, send):
         return dist.all_gather_into_tensor(recv, send, group=self.group, async_op=True)
@@ -154,7 +156,7 @@ class Exchange:
         for k, (p, send, recv) in enumerate(bufs):
             flow.encode(k, x, send)
             yield self._collective(p, send, recv)
-            self._agreed(lambda: flow.receive(k, recv, out))
+            self._agreed(partial(flow.receive, k, recv, out))
 
     def _collective(self, p: Phase, send, recv, count_bytes: bool = True):
         world, nbytes = self.world, send.numel() * send.element_size()
@@ -211,6 +213,18 @@ class ByteCounts:
 
     bytes_sent = _counted("bytes_sent", "Bytes this rank handed to the collectives.")
     wire_bytes = _counted("wire_bytes", "Bytes this rank put on the wire (ring model).")
+
+
+class Replica(ByteCounts):
+    """:class:`ByteCounts`, and the replicas' number and this one's rank (the transport's)."""
+
+    def world(self) -> int:
+        """The number of replicas (the process group's size)."""
+        return self._ex.transport.world
+
+    def rank(self) -> int:
+        """This replica's rank in the process group."""
+        return self._ex.transport.rank
 
 
 # --- the library's codecs as flows

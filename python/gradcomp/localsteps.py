@@ -57,7 +57,7 @@ import torch.distributed as dist
 from . import _core
 from ._checkpoint import check_identity, every_rank
 from ._core import codecs
-from ._exchange import CASTS, ByteCounts, Exchange, FlatParams, TorchTransport, make_codec, make_flow
+from ._exchange import CASTS, Exchange, FlatParams, Replica, TorchTransport, make_codec, make_flow
 
 __all__ = ["LocalSteps"]
 
@@ -81,7 +81,7 @@ class _Fragment(FlatParams):
         self.syncs = 0
 
 
-class LocalSteps(ByteCounts):
+class LocalSteps(Replica):
     """Synchronises replicas every ``period`` inner steps through a gradcomp codec.
 
     Args:
@@ -121,6 +121,9 @@ class LocalSteps(ByteCounts):
         if outer_optimizer is not None and not (outer_lr is None and outer_momentum is None and nesterov is None):
             raise ValueError("gradcomp.localsteps: outer_optimizer replaces the built-in outer step: pass it or "
                              "outer_lr / outer_momentum / nesterov, not both")
+        if outer_optimizer is not None and not callable(outer_optimizer):
+            raise ValueError("gradcomp.localsteps: outer_optimizer must be a function of the anchors (e.g. lambda params: "
+                             f"torch.optim.SGD(params, lr=0.7)), not a {type(outer_optimizer).__name__}")
         outer_lr = 1.0 if outer_lr is None else outer_lr
         outer_momentum = (0.5 if outer_optimizer is None else 0.0) if outer_momentum is None else outer_momentum
         nesterov = True if nesterov is None else nesterov
@@ -160,14 +163,6 @@ class LocalSteps(ByteCounts):
     def _flow(self, f: int):
         count = _core._localsteps_fragment(self.n, self.fragments, f)[1]
         return make_flow(self._codec, self.path, count, self._world, self._rank)
-
-    def world(self) -> int:
-        """The number of replicas (the process group's size)."""
-        return self._world
-
-    def rank(self) -> int:
-        """This replica's rank in the process group."""
-        return self._rank
 
     # --- the schedule
 

@@ -259,50 +259,40 @@ def test_a_torch_outer_optimizer_equals_the_built_in_rule():
 def _adam_outer(rank, world, directory):
     # Adam as the outer optimizer: the replicas stay identical and the loss falls; a state_dict
     # taken mid-run (an exchange in flight, Adam's moments) resumes bit for bit.
-    def make(net):
-        return LocalSteps(net, "int4", path="gather", period=3, overlap=1, error_feedback=True,
+    def make():
+        net = _net()
+        sync = LocalSteps(net, "int4", path="gather", period=3, overlap=1, error_feedback=True,
                           outer_optimizer=lambda ps: torch.optim.Adam(ps, lr=0.02))
+        return net, sync, torch.optim.SGD(net.parameters(), lr=0.05)
 
-    def loss(net):
-        g = torch.Generator().manual_seed(7)
-        x = torch.randn(64, 16, generator=g)
-        return (net(x) - torch.sin(x[:, :4])).square().mean().item()
+    def loss(net, step, rank):
+        x = torch.randn(64 if step < 0 else 8, 16, generator=torch.Generator().manual_seed(1000 * step + rank))
+        return (net(x) - torch.sin(x[:, :4])).square().mean()
 
-    net = _net()
-    sync, first = make(net), loss(net)
-    opt = torch.optim.SGD(net.parameters(), lr=0.05)
-    same = []
-    for step in range(30):
-        g = torch.Generator().manual_seed(1000 * step + rank)
-        x = torch.randn(8, 16, generator=g)
-        opt.zero_grad()
-        (net(x) - torch.sin(x[:, :4])).square().mean().backward()
-        opt.step()
-        before = sync.syncs
-        sync.step()
-        if step == 14:  # an exchange in flight
-            torch.save({"model": net.state_dict(), "sync": sync.state_dict()}, f"{directory}/{rank}.pt")
-        if sync.syncs > before:
-            same.append(dist_util.all_same(_flat(net)))
-    sync.finish()
-    whole = _flat(net)
-    net2 = _net()
-    sync2 = make(net2)
+    def train(net, sync, opt, steps, same):
+        for step in steps:
+            opt.zero_grad()
+            loss(net, step, rank).backward()
+            opt.step()
+            before = sync.syncs
+            sync.step()
+            if step == 14:  # an exchange in flight
+                torch.save({"model": net.state_dict(), "sync": sync.state_dict()}, f"{directory}/{rank}.pt")
+            if sync.syncs > before:
+                same.append(dist_util.all_same(_flat(net)))
+        sync.finish()
+        return _flat(net)
+
+    net, sync, opt = make()
+    first, same = loss(net, -1, 0).item(), []
+    whole = train(net, sync, opt, range(30), same)
+    learns = loss(net, -1, 0).item() < 0.7 * first
+    net2, sync2, opt2 = make()
     sd = torch.load(f"{directory}/{rank}.pt", weights_only=False)
-    net2.load_state_dict(sd["model"])
+    net2.load_state_dict(sd["model"])  # after the synchroniser, which broadcasts rank 0's parameters
     sync2.load_state_dict(sd["sync"])
-    opt2 = torch.optim.SGD(net2.parameters(), lr=0.05)
-    for step in range(15, 30):
-        g = torch.Generator().manual_seed(1000 * step + rank)
-        x = torch.randn(8, 16, generator=g)
-        opt2.zero_grad()
-        (net2(x) - torch.sin(x[:, :4])).square().mean().backward()
-        opt2.step()
-        sync2.step()
-    sync2.finish()
-    resumed = torch.equal(whole.view(torch.int32), _flat(net2).view(torch.int32))
-    return all(same) and len(same) == 9 and dist_util.all_same(whole), loss(net) < 0.7 * first, resumed, \
-        sync.wire_bytes == sync2.wire_bytes
+    resumed = torch.equal(whole.view(torch.int32), train(net2, sync2, opt2, range(15, 30), []).view(torch.int32))
+    return all(same) and len(same) == 9 and dist_util.all_same(whole), learns, resumed, sync.wire_bytes == sync2.wire_bytes
 
 
 def test_adam_as_the_outer_optimizer_trains_identical_replicas_and_resumes(tmp_path):
@@ -317,6 +307,8 @@ def test_bad_outer_optimizer_combinations_raise():
             LocalSteps(_net(), "fp32", outer_optimizer=sgd, **kw)
     with pytest.raises(ValueError, match="outer_optimizer"):
         LocalSteps(_net(), "fp32", outer_optimizer=lambda ps: ps)
+    with pytest.raises(ValueError, match="outer_optimizer"):
+        LocalSteps(_net(), "fp32", outer_optimizer=torch.optim.SGD(_net().parameters(), lr=1.0))
     with pytest.raises(ValueError, match="outer step"):
         LocalSteps(_net(), "fp32", period=2, outer_optimizer=sgd).load_state_dict(LocalSteps(_net(), "fp32", period=2).state_dict())
     sync = LocalSteps(_net(), "fp32", period=2, outer_optimizer=sgd)

@@ -11,7 +11,7 @@ import torch
 
 from .._checkpoint import check_identity, every_rank
 from .._core import Compressor, Error, Sharded, codecs
-from .._exchange import ByteCounts, Exchange, FlatParams, TorchTransport
+from .._exchange import Exchange, FlatParams, Replica, TorchTransport
 
 FORMAT = 1  # of the optimizers' state_dict
 PATHS = ("sharded", "gather")
@@ -93,7 +93,7 @@ def check(lr, weight_decay, codec, path, betas=(0.0, 0.0), eps=1.0) -> None:
 
 
 
-class ReplicaOptimizer(ByteCounts, torch.optim.Optimizer):
+class ReplicaOptimizer(Replica, torch.optim.Optimizer):
     """What the optimizers here share: every rank a full replica whose step the optimizer
     exchanges itself. ``step()`` runs the closure and checks the groups, then ``_step()``."""
 
@@ -116,14 +116,6 @@ class ReplicaOptimizer(ByteCounts, torch.optim.Optimizer):
 
     def _step(self) -> None:
         raise NotImplementedError
-
-    def world(self) -> int:
-        """The number of replicas (the process group's size)."""
-        return self._world
-
-    def rank(self) -> int:
-        """This replica's rank in the process group."""
-        return self._rank
 
     # --- what the state dicts share
 
