@@ -1,4 +1,4 @@
-// Local steps (localsteps/synchroniser.hpp) on W simulated ranks over every aggregation path:
+// Local steps (gradcomp/localsteps.hpp) on W simulated ranks over every aggregation path:
 // the schedule covers every parameter once per period; H = 1, outer lr 1, no momentum and fp32
 // equal data-parallel SGD; replicas bit-identical after every sync; the outer step against a
 // plain reference; error-feedback conservation exact on dyadic values; bad input refused with
@@ -6,7 +6,7 @@
 #include <gradcomp/gather.hpp>
 #include <gradcomp/gradcomp.hpp>
 #include <gradcomp/localsteps/checkpoint.hpp>
-#include <gradcomp/localsteps/synchroniser.hpp>
+#include <gradcomp/localsteps.hpp>
 
 #include <doctest/doctest.h>
 
@@ -330,4 +330,67 @@ TEST_CASE("local steps: a checkpoint resumes byte for byte, and a damaged one is
   SUBCASE("sharded") { check_path(sharded::codec<int4_ef>(int4_ef{}, sharded::mode::all_reduce)); }
   SUBCASE("gather") { check_path(gather::codec<int4_ef>(int4_ef{})); }
   SUBCASE("summable") { check_path(summable::cast<quantize::none>()); }
+}
+
+TEST_CASE("local steps: bf16 parameters sync as their fp32 values do, and are written rounded") {
+  // Every rank's bf16 parameters and the fp32 run whose parameters are those values widened:
+  // the same bytes on the wire, the same anchors, and bf16 parameters = the fp32 ones rounded.
+  const std::uint32_t world = 3;
+  const std::size_t n = 777;
+  const ls::config c{.period = 2, .fragments = 2, .outer_lr = 0.7f, .momentum = 0.9f};
+  const ls::synchroniser sync(c, sharded::codec<int4_ef>(int4_ef{}, sharded::mode::all_reduce));
+  using state_type = decltype(sync)::state_type;
+  std::vector<std::vector<bf16_t>> half(world);
+  std::vector<std::vector<float>> wide(world);
+  std::vector<state_type> sh(world), sw(world);
+  const std::vector<float> init = test::heavy_tailed(n, 3, 1.0f);
+  for (std::uint32_t r = 0; r < world; ++r) {
+    for (const float v : init) half[r].push_back(bf16_t::from_float(v));
+    for (const bf16_t v : half[r]) wide[r].push_back(v.to_float());
+    REQUIRE(sync.make_state(std::span<const bf16_t>(half[r]), world, r, sh[r]));
+    REQUIRE(sync.make_state(std::span<const float>(wide[r]), world, r, sw[r]));
+  }
+  for (std::uint32_t step = 1; step <= 8; ++step) {
+    for (std::uint32_t r = 0; r < world; ++r) {  // an inner step, the same values on both sides
+      const std::vector<float> g = test::heavy_tailed(n, step * 7 + r, 0.1f);
+      for (std::size_t j = 0; j < n; ++j) {
+        half[r][j] = bf16_t::from_float(half[r][j].to_float() - g[j]);
+        wide[r][j] = half[r][j].to_float();
+      }
+      sync.advance(sh[r]);
+      sync.advance(sw[r]);
+    }
+    for (std::size_t f = 0; f < c.fragments; ++f) {
+      if (!sync.sends(sh[0], f)) continue;
+      for (std::size_t k = 0; k < sync.phase_count(); ++k) {
+        const ls::exchange x = *sync.describe(f, k, sh[0]);
+        std::vector<bytes> from_half(world, bytes(x.send_bytes)), from_wide(world, bytes(x.send_bytes));
+        for (std::uint32_t r = 0; r < world; ++r) {
+          const bool first = k == 0;
+          REQUIRE(sync.encode(f, k, first ? std::span<const bf16_t>(half[r]) : std::span<const bf16_t>{}, sh[r], from_half[r]));
+          REQUIRE(sync.encode(f, k, first ? std::span<const float>(wide[r]) : std::span<const float>{}, sw[r], from_wide[r]));
+          CHECK(from_half[r] == from_wide[r]);
+        }
+        const std::vector<bytes> got = transport(x, from_wide);
+        for (std::uint32_t r = 0; r < world; ++r) {
+          REQUIRE(sync.receive(f, k, sh[r], got[r]));
+          REQUIRE(sync.receive(f, k, sw[r], got[r]));
+        }
+      }
+      for (std::uint32_t r = 0; r < world; ++r) {
+        REQUIRE(sync.apply(f, sh[r], std::span<bf16_t>(half[r])));
+        REQUIRE(sync.apply(f, sw[r], std::span<float>(wide[r])));
+        CHECK(sh[r].fragments[f].anchor == sw[r].fragments[f].anchor);
+        const chunk_range at = sync.fragment(sh[r], f);
+        for (std::size_t j = at.offset; j < at.offset + at.count; ++j) {
+          CHECK(half[r][j] == bf16_t::from_float(wide[r][j]));
+          wide[r][j] = half[r][j].to_float();  // the inner steps go on from the bf16 values
+        }
+      }
+      const chunk_range at = sync.fragment(sh[0], f);  // the synced fragment: the same on every replica
+      for (std::uint32_t r = 1; r < world; ++r)
+        CHECK(std::memcmp(half[r].data() + at.offset, half[0].data() + at.offset, 2 * at.count) == 0);
+    }
+  }
+  CHECK(sh[0].fragments[0].syncs == 4);
 }

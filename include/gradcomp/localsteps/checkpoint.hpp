@@ -25,7 +25,7 @@
 #include "../sharded.hpp"
 #include "../state.hpp"
 #include "../summable/values.hpp"
-#include "synchroniser.hpp"
+#include "../localsteps.hpp"
 
 namespace gradcomp::localsteps {
 
