@@ -99,6 +99,26 @@ class synchroniser : public detail::flow<Path> {
     return flow::template apply<bf16_t>(ex, f, st, params);
   }
 
+  // encode and apply on the fragment's own values (fragment(st, f).count of them), for a caller
+  // that keeps its parameters apart; mark_applied after the caller's own outer step.
+  status encode_fragment(std::size_t f, std::size_t k, std::span<const float> local, state_type& st, std::span<std::byte> out) const {
+    ex_type ex;
+    return flow::template encode_fragment<float>(ex, f, k, local, st, out);
+  }
+  status encode_fragment(std::size_t f, std::size_t k, std::span<const bf16_t> local, state_type& st, std::span<std::byte> out) const {
+    ex_type ex;
+    return flow::template encode_fragment<bf16_t>(ex, f, k, local, st, out);
+  }
+  status apply_fragment(std::size_t f, state_type& st, std::span<float> local) const {
+    ex_type ex;
+    return flow::template apply_fragment<float>(ex, f, st, local);
+  }
+  status apply_fragment(std::size_t f, state_type& st, std::span<bf16_t> local) const {
+    ex_type ex;
+    return flow::template apply_fragment<bf16_t>(ex, f, st, local);
+  }
+  status mark_applied(std::size_t f, state_type& st) const { return flow::mark_applied(ex_type{}, f, st); }
+
  private:
   template <class T>
   status make_state_of(std::span<const T> params, std::uint32_t world, std::uint32_t rank, state_type& st) const {

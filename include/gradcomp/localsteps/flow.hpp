@@ -10,6 +10,10 @@
 //   receive(f, last)       the mean pseudo-gradient, kept until the apply
 //   apply(f, params)       the outer step on the anchor; params[fragment] = mix * params + (1 - mix) * anchor
 //
+// encode and apply take all parameters (st.size values) or, as encode_fragment and
+// apply_fragment, only the fragment's own values; mark_applied ends a sync whose outer step the
+// caller ran itself (any optimizer on the anchor, with the mean as its gradient).
+//
 // The parameters are float32 or bfloat16 (the anchor, the momentum and the mean stay fp32; a
 // bf16 parameter is read exactly and written rounded to nearest even). Every rank decodes the
 // same bytes in the same order and runs the same arithmetic (localsteps/outer.hpp), so the
@@ -134,16 +138,25 @@ class flow {
   // read it (an empty span). `out` holds describe(f, k).send_bytes.
   template <class T, class Ex, class St>
   status encode(Ex& ex, std::size_t f, std::size_t k, std::span<const T> params, St& st, std::span<std::byte> out) const {
+    if (status s = check(ex, f, st); !s) return s;
+    if (params.empty()) return encode_fragment<T>(ex, f, k, params, st, out);
+    if (params.size() != st.size) return {errc::size_mismatch, "local steps: parameters differ from the state's size"};
+    return encode_fragment<T>(ex, f, k, params.subspan(st.fragments[f].range.offset, st.fragments[f].range.count), st, out);
+  }
+
+  // The same with only the fragment's own values (fragment(st, f).count of them), for a caller
+  // that keeps its parameters apart (several tensors, a shard of each).
+  template <class T, class Ex, class St>
+  status encode_fragment(Ex& ex, std::size_t f, std::size_t k, std::span<const T> local, St& st, std::span<std::byte> out) const {
     static_assert(parameter_element<T>, "local steps: parameters are float or bf16_t");
     const result<exchange> x = describe(ex, f, k, st);
     if (!x) return x.error();
     auto& fs = st.fragments[f];
-    if (status s = fs.check_encode(k, !params.empty()); !s) return s;
+    if (status s = fs.check_encode(k, !local.empty()); !s) return s;
     if (out.size() != x->send_bytes) return {errc::size_mismatch, "local steps: send buffer differs from describe().send_bytes"};
     if (k == 0) {
-      if (params.size() != st.size) return {errc::size_mismatch, "local steps: parameters differ from the state's size"};
-      if (status s = ex.template pseudo_gradient<T>(fs, params.subspan(fs.range.offset, fs.range.count), static_cast<float>(st.world)); !s)
-        return s;
+      if (local.size() != fs.range.count) return {errc::size_mismatch, "local steps: parameters differ from the fragment's size"};
+      if (status s = ex.template pseudo_gradient<T>(fs, local, static_cast<float>(st.world)); !s) return s;
     }
     return ex.encode(path_, k, fs, out);
   }
@@ -166,16 +179,34 @@ class flow {
   // with) the new anchor.
   template <class T, class Ex, class St>
   status apply(Ex& ex, std::size_t f, St& st, std::span<T> params) const {
+    if (status s = check(ex, f, st); !s) return s;
+    if (params.size() != st.size) return {errc::size_mismatch, "local steps: parameters differ from the state's size"};
+    return apply_fragment<T>(ex, f, st, params.subspan(st.fragments[f].range.offset, st.fragments[f].range.count));
+  }
+
+  // The same on the fragment's own values.
+  template <class T, class Ex, class St>
+  status apply_fragment(Ex& ex, std::size_t f, St& st, std::span<T> local) const {
     static_assert(parameter_element<T>, "local steps: parameters are float or bf16_t");
     if (status s = check(ex, f, st); !s) return s;
     auto& fs = st.fragments[f];
     if (status s = fs.check_apply(); !s) return s;
-    if (params.size() != st.size) return {errc::size_mismatch, "local steps: parameters differ from the state's size"};
+    if (local.size() != fs.range.count) return {errc::size_mismatch, "local steps: parameters differ from the fragment's size"};
     if (ex.has_momentum(fs) != (cfg_.momentum > 0.0f))
       return {errc::invalid_argument, "local steps: momentum switched on or off after make_state"};
     const outer_rule rule{cfg_.outer_lr, cfg_.momentum, cfg_.nesterov};
-    if (status s = ex.template outer<T>(rule, cfg_.mix, fs, params.subspan(fs.range.offset, fs.range.count)); !s) return s;
+    if (status s = ex.template outer<T>(rule, cfg_.mix, fs, local); !s) return s;
     fs.applied();
+    return {};
+  }
+
+  // For a caller whose own outer optimizer stepped the anchor with the received mean (and wrote
+  // the parameters): the fragment's sync is complete.
+  template <class Ex, class St>
+  status mark_applied(const Ex& ex, std::size_t f, St& st) const {
+    if (status s = check(ex, f, st); !s) return s;
+    if (status s = st.fragments[f].check_apply(); !s) return s;
+    st.fragments[f].applied();
     return {};
   }
 
