@@ -455,3 +455,64 @@ TEST_CASE("local steps: a fragment's own values and a caller's outer step give t
     CHECK(own[r] == whole[0]);
   }
 }
+
+TEST_CASE("local steps: a checkpoint restores at another world size, keeping what error feedback owes") {
+  // 4 ranks saved, restored into 3 and into 6: the anchors, momenta and step carry over, the
+  // residuals' sum over the ranks is kept, and the new replicas train on identically.
+  const std::vector<float> init = test::heavy_tailed(901, 6, 1.0f);
+  const ls::config c{.period = 3, .fragments = 2, .overlap = 1};
+  const auto owed_sum = [](const auto& reps, std::size_t f) {
+    std::vector<double> sum;
+    for (const auto& s : reps.st) {
+      const auto& path = s.fragments[f].path;
+      std::vector<float> r;
+      if constexpr (requires { path.send; }) {  // sharded: the senders' residuals, shard by shard, and the owner's
+        for (const auto& x : path.send) r.insert(r.end(), x.residual.begin(), x.residual.end());
+      } else if constexpr (requires { path.compressor; }) {
+        r = path.compressor.residual;
+      } else {
+        r = path.residual;
+      }
+      sum.resize(std::max(sum.size(), r.size()), 0.0);
+      for (std::size_t j = 0; j < r.size(); ++j) sum[j] += r[j];
+    }
+    return sum;
+  };
+  const auto check_path = [&](auto path, bool sharded_path) {
+    replicas a(c, path, init, 4);
+    a.train(6, 0.01f);  // every fragment synced and applied: the replicas agree
+    std::vector<std::vector<std::byte>> images;
+    for (const auto& s : a.st) images.push_back(*ls::save_checkpoint(a.sync, s));
+    const std::vector<std::span<const std::byte>> views(images.begin(), images.end());
+    for (const std::uint32_t world : {3u, 6u}) {
+      replicas b(c, path, init, world);
+      for (std::uint32_t r = 0; r < world; ++r) {
+        REQUIRE(ls::restore_elastic(b.sync, views, b.st[r]));
+        b.params[r] = a.params[0];
+        CHECK(b.st[r].step == a.st[0].step);
+        for (std::size_t f = 0; f < c.fragments; ++f) CHECK(b.st[r].fragments[f].anchor == a.st[0].fragments[f].anchor);
+      }
+      if (!sharded_path)  // (the sharded path's own rule re-slices the shards: sharded/checkpoint.hpp's tests)
+        for (std::size_t f = 0; f < c.fragments; ++f) {
+          const auto before = owed_sum(a, f), after = owed_sum(b, f);
+          REQUIRE(before.size() == after.size());
+          for (std::size_t j = 0; j < before.size(); ++j) CHECK(after[j] == doctest::Approx(before[j]).epsilon(1e-6));
+        }
+      b.train(6, 0.01f);
+      CHECK(b.differing == 0);
+    }
+    // A damaged image is refused with the state unchanged.
+    replicas fresh(c, path, init, 2);
+    std::vector<std::byte> bad = images[2];
+    bad[bad.size() / 3] ^= std::byte{1};
+    std::vector<std::span<const std::byte>> damaged = views;
+    damaged[2] = bad;
+    const auto before = fresh.st[1].fragments[0].anchor;
+    CHECK(ls::restore_elastic(fresh.sync, damaged, fresh.st[1]).code() == errc::checksum_mismatch);
+    CHECK(fresh.st[1].fragments[0].anchor == before);
+    CHECK(fresh.st[1].step == 0);
+  };
+  SUBCASE("sharded") { check_path(sharded::codec<int4_ef>(int4_ef{}, sharded::mode::all_reduce), true); }
+  SUBCASE("gather") { check_path(gather::codec<int4_ef>(int4_ef{}), false); }
+  SUBCASE("summable") { check_path(summable::cast<quantize::none>(), false); }
+}
