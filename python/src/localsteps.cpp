@@ -79,15 +79,6 @@ const char* collective_name(ls::collective c) {
   return "unknown";
 }
 
-const char* wire_name(gc::summable::wire_type t) {
-  switch (t) {
-    case gc::summable::wire_type::f32: return "float32";
-    case gc::summable::wire_type::bf16: return "bfloat16";
-    case gc::summable::wire_type::f16: return "float16";
-    default: return "other";
-  }
-}
-
 // A fragment's values: a contiguous float32 or bfloat16 CPU array of the fragment's size.
 std::tuple<void*, std::size_t, gc::dtype> fragment_values(const out_array& a, const localsteps_state& st, std::size_t f, const char* what) {
   check_cpu_contiguous(a, what);
@@ -171,7 +162,7 @@ void bind_localsteps(nb::module_& m) {
         nb::dict d;
         d["name"] = x.name;
         d["collective"] = collective_name(x.op);
-        d["type"] = wire_name(x.type);
+        d["type"] = gc::summable::to_string(x.type);
         d["send_bytes"] = x.send_bytes;
         d["receive_bytes"] = x.receive_bytes;
         return d;
