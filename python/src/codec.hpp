@@ -2,12 +2,13 @@
 // A type-erased gradcomp compressor for the Python bindings: one `codec` interface, one
 // template `codec_impl<C>` per policy composition, built by name from a registry (the codec
 // table, codecs.hpp, compiled in registry_*.cpp) with options from a Python dict. Every codec
-// also runs on the sharded path
-// (make_sharded: sharded.hpp, whose definition the registry files include).
+// also runs on the sharded path and under local steps (make_sharded: sharded.hpp;
+// make_localsteps: localsteps.hpp; the registry files include both definitions).
 
 #include <gradcomp/core/bits.hpp>
 #include <gradcomp/core/options.hpp>
 #include <gradcomp/gradcomp.hpp>
+#include <gradcomp/localsteps/config.hpp>
 #include <gradcomp/sharded.hpp>
 #include <gradcomp/transformer/acctfm.hpp>
 #include <gradcomp/transformer/planner.hpp>
@@ -47,8 +48,9 @@ inline void check(const gc::status& s) {
 using option_value = std::variant<bool, long long, double, std::string>;
 using options = std::map<std::string, option_value>;
 
-class sharded_codec;  // sharded.hpp
-class device_codec;   // device.hpp
+class sharded_codec;    // sharded.hpp
+class localsteps_flow;  // localsteps.hpp
+class device_codec;     // device.hpp
 
 class codec {
  public:
@@ -76,6 +78,10 @@ class codec {
                                                   int repeats) const = 0;
   // This compressor as sharded::codec<C> in mode m (defined in sharded.hpp).
   virtual std::unique_ptr<sharded_codec> make_sharded(gc::sharded::mode m) const = 0;
+  // Local steps over this compressor on the sharded path (all-reduce) or the gather path
+  // (defined in localsteps.hpp).
+  virtual std::unique_ptr<localsteps_flow> make_localsteps(bool sharded, const gc::localsteps::config& c,
+                                                           const std::string& identity) const = 0;
   // Its GPU kernels, or null where the composition has none or the build has no CUDA (device.hpp).
   virtual std::unique_ptr<device_codec> make_device() const = 0;
 };
@@ -222,6 +228,8 @@ class codec_impl final : public codec {
     return *w;
   }
   std::unique_ptr<sharded_codec> make_sharded(gc::sharded::mode m) const override;
+  std::unique_ptr<localsteps_flow> make_localsteps(bool sharded, const gc::localsteps::config& c,
+                                                   const std::string& identity) const override;
   std::unique_ptr<device_codec> make_device() const override;
 
  private:
