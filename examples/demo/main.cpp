@@ -8,7 +8,10 @@
 // prints, per composition: compression ratio, relative L2 error of one step, for residual
 // feedback the error after 10 steps of the same gradient (sum of the decoded steps against
 // 10 g: error feedback at work), and compress / decompress / accumulate throughput against
-// memcpy.
+// memcpy; int4 with and without the fifth policy, transform::hadamard (a seeded rotation of each
+// block of 256 values before quantizing). Then the sections of the other headers: GPT-2 small's
+// tensors routed by role and the overlap planner, TAGC on 4 simulated ranks, and local steps on
+// 4 simulated replicas (localsteps::synchroniser, int4 + error feedback).
 //
 //   gradcomp_demo            scaled-down model (4 layers, vocab 8192; ~35M parameters)
 //   gradcomp_demo --full     real GPT-2 small (12 layers, vocab 50257; ~124M parameters)
@@ -16,6 +19,7 @@
 
 #include <gradcomp/gradcomp.hpp>
 
+#include "localsteps_report.hpp"
 #include "transformer_report.hpp"
 #include "tagc_report.hpp"
 
@@ -231,10 +235,11 @@ const char* index_name(gc::frame::index_format f) {
 // Row top-k sees the buffer as rows of d_model values: chunks of whole rows (3 MiB = 1024 rows).
 constexpr std::size_t d_model = 768;
 
-template <class S, class Q, class F>
+// T: the fifth policy, a transform of each chunk before it is quantized (identity: none).
+template <class S, class Q, class F, class T = gc::transform::identity>
 row run(buffers& b, double density, const std::string& sparsify_name, const char* value_name,
         const typename Q::config& quantize = {}, const typename S::config& sparsify = {}) {
-  using C = gc::compressor<gc::partition::chunks, S, Q, F>;
+  using C = gc::compressor<gc::partition::chunks, S, Q, F, T>;
   typename C::config cfg{};
   cfg.partition.chunk_bytes = S::kind == gc::selection::row_topk ? 4 * d_model * 1024 : chunk_bytes;
   cfg.quantize = quantize;
@@ -299,7 +304,7 @@ row run(buffers& b, double density, const std::string& sparsify_name, const char
   out.ratio = dense_bytes / payload_bytes;
   // Effective bandwidth: bytes the operation must read + write (as in benchmarks/cpu_bench.cpp).
   const double residual_bytes = F::has_state ? 2 * dense_bytes : 0.0;  // residual read + written
-  out.compress_gbs = (dense_bytes + payload_bytes + residual_bytes) / best_compress / 1e9;
+  out.compress_gbs = (dense_bytes + payload_bytes + residual_bytes) / best_compress / 1e9;  // (a transform's pass not counted)
   out.decompress_gbs = (payload_bytes + dense_bytes) / best_decompress / 1e9;  // every fp32 value written
   // accumulate reads the payload, and reads and writes the fp32 sum where values were sent.
   std::size_t kept = 0;  // (threshold: the capacity, an upper bound)
@@ -326,6 +331,8 @@ void run_quantizers(buffers& b, double density, const std::string& name, std::ve
   add(int_block<8>{}, "int8");
   add(int_block<8>{}, "int8 sr", {.round = rounding::stochastic});
   add(int_block<4>{}, "int4");
+  if constexpr (S::is_dense)  // int4 on the rotated chunks: transform::hadamard, blocks of 256 (docs/transforms.md)
+    rows.push_back(run<S, int_block<4>, F, gc::transform::hadamard>(b, density, name, "int4 rot"));
   add(int_block<4, int_range::asymmetric>{}, "int4 asym");
   add(int_block<2>{}, "int2 sr", {.round = rounding::stochastic});
   add(piecewise<4>{}, "piecewise4");
@@ -333,6 +340,26 @@ void run_quantizers(buffers& b, double density, const std::string& name, std::ve
   add(terngrad{}, "terngrad");
   add(sign{}, "sign");
   add(natural{}, "natural");
+}
+
+// The rotated codecs against their plain rows of the table: the error at the same bytes.
+void print_rotation(const std::vector<row>& rows) {
+  const auto find = [&](const char* sparsify, const char* values) -> const row* {
+    for (const row& r : rows)
+      if (r.sparsify == sparsify && r.values == values) return &r;
+    return nullptr;
+  };
+  const row *plain = find("dense", "int4"), *rotated = find("dense", "int4 rot");
+  const row *plain_ef = find("dense+EF", "int4"), *rotated_ef = find("dense+EF", "int4 rot");
+  if (!plain || !rotated || !plain_ef || !rotated_ef) return;
+  std::printf("\nRotation: int4 (groups of 128) with and without transform::hadamard on this heavy-tailed gradient, ratio %.2f\n",
+              rotated->ratio);
+  std::printf("  error of one step       %.3e -> %.3e rotated (%.1fx lower)\n", plain->err1, rotated->err1,
+              plain->err1 / rotated->err1);
+  std::printf("  error of %d steps, EF   %.3e -> %.3e rotated (%.1fx lower)\n", feedback_steps, plain_ef->err10,
+              rotated_ef->err10, plain_ef->err10 / rotated_ef->err10);
+  std::printf("  compress                %.2f -> %.2f GB/s (the transform's pass over each chunk)\n", plain->compress_gbs,
+              rotated->compress_gbs);
 }
 
 void usage() {
@@ -410,6 +437,7 @@ int main(int argc, char** argv) {
     };
     add(bf16{}, "bf16");
     add(int_block<4>{}, "int4");
+    rows.push_back(run<gc::sparsify::dense, int_block<4>, residual, gc::transform::hadamard>(b, 1.0, "dense+EF", "int4 rot"));
     add(int_block<2>{}, "int2 sr", {.round = rounding::stochastic});
     add(sign{}, "sign");
     rows.push_back(run<gc::sparsify::topk, bf16, residual>(b, 0.10, "top-k 10%", "bf16"));
@@ -460,6 +488,8 @@ int main(int argc, char** argv) {
       "\nratio: fp32 bytes / payload bytes (frame headers included); indices: the encoding of the first frame, each\n"
       "  frame taking the smallest of u32 list, delta-coded gaps and bitmap (random-k: none, seeded); u32 idx: the\n"
       "  ratio the same step would have with u32 index lists. DGC/TAGC thr: sampled threshold (DGC's or TAGC's rule).\n"
+      "int4 rot: int4 on each chunk rotated by the fifth policy, transform::hadamard (a seeded randomized Hadamard\n"
+      "  transform of every block of 256 values, inverted after decoding; docs/transforms.md).\n"
       "error: ||k g - sum of k decoded steps|| / ||k g||; k = 1, and k = %d steps of the same gradient with residual\n"
       "  feedback (the residual carries what was not sent to the next step). With DGC momentum the sent sum also\n"
       "  carries the velocity (m = 0.9, amplifying a repeated gradient up to 10x), so its 10-step error stays large.\n"
@@ -469,7 +499,9 @@ int main(int argc, char** argv) {
       "x memcpy: over the memcpy figure above (best of 3 copies before each row; median over the rows).\n"
       "%zu compositions in %.1f s.\n",
       feedback_steps, plain_steps, feedback_steps, rows.size(), run_s);
+  print_rotation(rows);
   print_transformer_report();
   demo_tagc::tagc_report(g);
+  demo_localsteps::report();
   return 0;
 }

@@ -1,22 +1,17 @@
-"""gradcomp in Hugging Face Accelerate and the Transformers ``Trainer``.
+"""gradcomp in Hugging Face Accelerate.
 
 Accelerate's ``DistributedDataParallelKwargs(comm_hook=...)`` takes only its enum of PyTorch's
 own hooks, so gradcomp's hook is registered on the model ``accelerator.prepare`` returned:
-:func:`register`. The ``Trainer`` has no hook argument; :func:`attach` adds a callback that
-registers the hook on ``trainer.model_wrapped`` (the DDP module) when training begins.
+:func:`register`. (The Transformers ``Trainer``: :mod:`gradcomp.integrations.transformers`.)
 
 Example::
 
     >>> model, optimizer, loader = accelerator.prepare(model, optimizer, loader)
     >>> state = gradcomp.integrations.accelerate.register(accelerator, model, "int8")
 
-    >>> trainer = transformers.Trainer(model=model, args=args, train_dataset=data)
-    >>> callback = gradcomp.integrations.accelerate.attach(trainer, "int8")
-    >>> trainer.train()
-    >>> callback.state.bytes_sent
-
-This module imports Accelerate; it imports Transformers only when ``GradcompCallback`` or
-:func:`attach` is used.
+Several CPU processes are started by ``torchrun --nproc-per-node 2 script.py`` (the script
+making ``Accelerator(cpu=True)``); ``accelerate launch --cpu --num_processes 2`` starts one
+(docs/trainers.md).
 """
 
 import os
@@ -35,6 +30,19 @@ def _fsdp_ignored(accelerator) -> bool:
             and accelerator.distributed_type != accelerate.DistributedType.FSDP)
 
 
+def _one_of_several() -> str:
+    # accelerate launch's simple launcher (any launch without --multi_gpu, so every --cpu launch)
+    # runs the script once; it alone sets ACCELERATE_USE_CPU, and it sets MASTER_ADDR when asked
+    # for several processes, while torchrun and the multi-GPU launcher set WORLD_SIZE.
+    env = os.environ
+    if "ACCELERATE_USE_CPU" not in env or "MASTER_ADDR" not in env or "WORLD_SIZE" in env:
+        return ""
+    return (". accelerate launch started this one process although several were asked for: without --multi_gpu "
+            "(and --cpu excludes it) it runs the script once. Start N CPU processes with "
+            "`torchrun --nproc-per-node N script.py` or `accelerate launch --multi_gpu --num_processes N script.py`, "
+            "the script making Accelerator(cpu=True)")
+
+
 def register(accelerator, model, codec: str = "int8", **options):
     """Registers gradcomp's DDP hook on ``model``, as ``accelerator.prepare`` returned it.
 
@@ -51,15 +59,19 @@ def register(accelerator, model, codec: str = "int8", **options):
         communicated (a warning says so).
 
     Raises:
+        ValueError: an unknown codec or option, or an invalid value (in a single process too).
         RuntimeError: several processes and ``model`` is not DDP (not prepared, or prepared
             for FSDP or DeepSpeed: gradcomp.fsdp.attach is FSDP2's path).
 
     Warns when an FSDP plugin was ignored (on CPU Accelerate prepares DDP instead); the hook is
-    registered on the DDP module then.
+    registered on the DDP module then. In a single process that ``accelerate launch`` started
+    although it was asked for several (``--cpu --num_processes N`` runs the script once), the
+    warning says how to start N processes.
     """
+    _hook.check(codec, options, "gradcomp.integrations.accelerate.register")
     if accelerator.num_processes == 1 and not isinstance(model, DistributedDataParallel):
         warnings.warn("gradcomp.integrations.accelerate.register: a single process communicates no gradients; "
-                      "no hook registered", stacklevel=2)
+                      f"no hook registered{_one_of_several()}", stacklevel=2)
         return None
     if _fsdp_ignored(accelerator):
         warnings.warn(f"Accelerate ignores the FSDP plugin under {accelerator.distributed_type} and wraps the "
@@ -68,68 +80,3 @@ def register(accelerator, model, codec: str = "int8", **options):
     where = f"gradcomp.integrations.accelerate.register ({accelerator.distributed_type}, " \
             f"{accelerator.num_processes} processes)"
     return _hook.register(model, codec, options, where)
-
-
-def attach(trainer, codec: str = "int8", **options):
-    """Adds a :class:`GradcompCallback` to a ``transformers.Trainer`` and returns it; its
-    ``state`` is the hook's state once training has begun."""
-    callback = _callback_class()(trainer, codec, **options)
-    trainer.add_callback(callback)
-    return callback
-
-
-_CALLBACK = None
-
-
-def _callback_class():
-    global _CALLBACK
-    if _CALLBACK is not None:
-        return _CALLBACK
-    from transformers import TrainerCallback
-
-    class GradcompCallback(TrainerCallback):
-        """Registers gradcomp's DDP hook on ``trainer.model_wrapped`` at ``on_train_begin``.
-
-        The callback holds the trainer because the callback events receive the unwrapped model
-        only (``kwargs["model"]``); the ``Trainer`` wraps the model in DDP before
-        ``on_train_begin`` and keeps the DDP module as ``model_wrapped``. A second ``train()``
-        reuses that DDP module and its hook.
-
-        Args:
-            trainer (transformers.Trainer): the trainer it is added to (:func:`attach` adds it).
-            codec (str): a name of :func:`gradcomp.codecs`, or ``"tagc"``.
-            **options: the hook state's options.
-
-        Attributes:
-            state: the hook's state, None before training begins (and in a single process).
-
-        Raises (at ``on_train_begin``):
-            RuntimeError: several processes and the wrapped model is not DDP (FSDP, DeepSpeed).
-        """
-
-        def __init__(self, trainer, codec: str = "int8", **options):
-            self.trainer = trainer
-            self.codec = codec
-            self.options = options
-            self.state = None
-            self._model = None  # the DDP module the hook is registered on
-
-        def on_train_begin(self, args, state, control, **kwargs):
-            model = self.trainer.model_wrapped
-            if model is self._model:
-                return
-            if args.world_size == 1 and not isinstance(model, DistributedDataParallel):
-                warnings.warn("GradcompCallback: a single process communicates no gradients; no hook registered")
-                return
-            where = f"GradcompCallback (world size {args.world_size})"
-            self.state = _hook.register(model, self.codec, self.options, where)
-            self._model = model
-
-    _CALLBACK = GradcompCallback
-    return _CALLBACK
-
-
-def __getattr__(name):
-    if name == "GradcompCallback":
-        return _callback_class()
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

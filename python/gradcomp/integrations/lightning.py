@@ -8,19 +8,32 @@ registers gradcomp's hook itself, on every device type, once the model is wrappe
 Example::
 
     >>> from gradcomp.integrations.lightning import GradcompDDPStrategy
-    >>> strategy = GradcompDDPStrategy("topk", options={"density": 0.01})
+    >>> strategy = GradcompDDPStrategy("topk", density=0.01, find_unused_parameters=False)
     >>> trainer = lightning.pytorch.Trainer(accelerator="cpu", devices=2, strategy=strategy)
     >>> trainer.fit(module)
     >>> strategy.hook_state.bytes_sent
 """
 
-from typing import Optional
+import inspect
 
 from lightning.pytorch.strategies import DDPStrategy
+from torch.nn.parallel import DistributedDataParallel
 
 from . import _hook
 
 _TAKEN = ("ddp_comm_state", "ddp_comm_hook", "ddp_comm_wrapper", "model_averaging_period")
+
+
+def _arguments(fn, *skip: str) -> frozenset:
+    named = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
+    return frozenset(p.name for p in inspect.signature(fn).parameters.values() if p.kind in named) - set(skip)
+
+
+# What goes to Lightning: DDPStrategy's own arguments and those it passes on to
+# DistributedDataParallel (it sets module and device_ids itself). Every other keyword is gradcomp's.
+LIGHTNING_ARGUMENTS = (_arguments(DDPStrategy.__init__, "self")
+                       | _arguments(DistributedDataParallel.__init__, "self", "module", "device_ids"))
+_SHARED = ("process_group",)  # DDP's group is the group the hook reduces over
 
 
 class GradcompDDPStrategy(DDPStrategy):
@@ -30,26 +43,35 @@ class GradcompDDPStrategy(DDPStrategy):
         codec (str): a name of :func:`gradcomp.codecs` (:class:`gradcomp.ddp.HookState` and
             :func:`gradcomp.ddp.compress_hook`), or ``"tagc"``
             (:class:`gradcomp.ddp.TagcHookState` and :func:`gradcomp.ddp.tagc_hook`).
-        options (dict, optional): the hook state's options (the codec's, ``path``,
-            ``min_compress_numel``; for TAGC ``preset`` and its config).
-        **kwargs: ``DDPStrategy``'s arguments (``find_unused_parameters``, ``process_group_backend``,
-            ...), except its communication hook arguments, which this strategy replaces.
+        **options: gradcomp's options and Lightning's, told apart by name. A name of
+            ``DDPStrategy.__init__`` or of ``DistributedDataParallel.__init__``
+            (:data:`LIGHTNING_ARGUMENTS`: ``find_unused_parameters``, ``process_group_backend``,
+            ``static_graph``, ``bucket_cap_mb``, ...) goes to ``DDPStrategy``, except its
+            communication hook arguments, which this strategy replaces; every other name is the
+            hook state's (the codec's options such as ``density`` or ``error_feedback``,
+            ``path``, ``min_compress_numel``; for TAGC ``preset`` and its config). The only name
+            both take, ``process_group``, goes to both: DDP and the hook reduce over the same
+            group.
 
     Attributes:
         hook_state: the hook's state (``bytes_sent``, ``wire_bytes``, ``calls``, checkpoints),
             made when ``fit`` wraps the model; None before.
 
     Raises:
-        ValueError: a communication hook argument of ``DDPStrategy`` was given.
+        ValueError: a communication hook argument of ``DDPStrategy`` was given; an unknown codec
+            or option, or an invalid value (checked here, before ``fit`` launches anything).
     """
 
-    def __init__(self, codec: str = "int8", options: Optional[dict] = None, **kwargs) -> None:
-        given = [k for k in _TAKEN if kwargs.get(k) is not None]
+    def __init__(self, codec: str = "int8", **options) -> None:
+        given = [k for k in _TAKEN if options.get(k) is not None]
         if given:
             raise ValueError(f"GradcompDDPStrategy registers gradcomp's hook itself; do not pass {', '.join(given)}")
-        super().__init__(**kwargs)
+        lightning = {k: v for k, v in options.items() if k in LIGHTNING_ARGUMENTS}
+        ours = {k: v for k, v in options.items() if k not in LIGHTNING_ARGUMENTS or k in _SHARED}
+        _hook.check(codec, ours, type(self).__name__)
+        super().__init__(**lightning)
         self.codec = codec
-        self.options = dict(options or {})
+        self.options = ours
         self.hook_state = None
 
     def configure_ddp(self) -> None:

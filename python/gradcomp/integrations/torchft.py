@@ -5,15 +5,21 @@ zeroes the tensor of a replica that does not participate, runs ``pg.allreduce`` 
 manager's process group and divides by the number of participants; an exception in the
 collective is reported to the manager, which then skips the step (``should_commit`` is False).
 :class:`CompressedProcessGroup` wraps that process group and runs the SUM through a gradcomp
-codec, so the manager's fault handling stays torchft's own::
+codec, so the manager's fault handling stays torchft's own. One replica group's script,
+launched by torchrun (the store, the group's rank and size) with ``TORCHFT_LIGHTHOUSE`` naming
+the job's Lighthouse (``torchft_lighthouse --min_replicas 2``); docs/trainers.md has the whole
+recipe, which a test runs::
 
     >>> from torchft import Manager, ProcessGroupGloo
     >>> from torchft.local_sgd import DiLoCo
     >>> from gradcomp.integrations.torchft import CompressedProcessGroup
     >>> pg = CompressedProcessGroup(ProcessGroupGloo(), "int8")
-    >>> manager = Manager(pg=pg, min_replica_size=1, ...)
+    >>> manager = Manager(pg=pg, min_replica_size=2, use_async_quorum=False,
+    ...                   load_state_dict=lambda sd: model.load_state_dict(sd["model"]),
+    ...                   state_dict=lambda: {"model": model.state_dict()},
+    ...                   replica_id=f"diloco_{group}")
     >>> with DiLoCo(manager, [model], inner_opt, outer_opt, sync_every=20):
-    ...     train()
+    ...     train()   # a plain loop: DiLoCo syncs from inner_opt's step hook
     >>> pg.bytes_sent, pg.raw_bytes   # what went through the codec, and its fp32 size
 
 Each compressed tensor is compressed on every replica into a fixed-size slot

@@ -29,6 +29,7 @@ import functools
 from typing import Callable
 
 from .. import fsdp
+from . import _hook
 
 __all__ = ["with_gradcomp", "wrap_parallelize"]
 
@@ -50,10 +51,12 @@ def wrap_parallelize(parallelize_fn: Callable, codec: str = "int8", **options) -
         :class:`gradcomp.fsdp.ShardedTagc`: ``bytes_sent``, ``calls``, ``state_dict()``).
 
     Raises:
+        ValueError (here): an unknown codec, preset or option, or an invalid value.
         ValueError (from the wrapped function): the model has no ``fully_shard`` modules (data
             parallelism off), or symmetric-memory FSDP communication is enabled (it replaces
             the reduce-scatter gradcomp installs).
     """
+    _hook.check(codec, options, "gradcomp.integrations.torchtitan", fsdp=True)
     states = []
 
     @functools.wraps(parallelize_fn)
@@ -84,5 +87,8 @@ def with_gradcomp(model_spec, codec: str = "int8", **options):
 
     Returns:
         ModelSpec: the copy (``spec.parallelize_fn.states`` lists the attached states).
+
+    Raises:
+        ValueError: an unknown codec, preset or option, or an invalid value.
     """
     return dataclasses.replace(model_spec, parallelize_fn=wrap_parallelize(model_spec.parallelize_fn, codec, **options))

@@ -1,8 +1,12 @@
 """Hugging Face Accelerate at 2 CPU ranks (gloo, Accelerator(cpu=True) under torchrun's
 environment): gradcomp's hook registered on the prepared DDP model trains close to plain DDP;
 an unprepared model raises, an FSDP plugin ignored on CPU and a single process warn; local steps
-and 1-bit Adam on an unprepared model (every rank a replica) train and end identical."""
+and 1-bit Adam on an unprepared model (every rank a replica) train and end identical. The
+launches: `accelerate launch --multi_gpu --num_processes 2` starts 2 CPU processes, `--cpu
+--num_processes 2` one, and register's warning says so; a bad codec or option is a ValueError."""
 
+import json
+import textwrap
 import warnings
 
 import pytest
@@ -127,3 +131,63 @@ def test_accelerate_single_process_warns():
             assert gc_accelerate.register(accelerator, model, "int8") is None
     finally:
         accelerate.state.AcceleratorState._reset_state(True)
+
+
+def test_register_checks_codec_and_options():
+    accelerate.state.AcceleratorState._reset_state(True)
+    try:
+        accelerator = accelerate.Accelerator(cpu=True)
+        model = accelerator.prepare(models.TinyTransformer())
+        for codec, options, match in [("int9", {}, "unknown codec"), ("int4", {"densty": 0.1}, "option 'densty'")]:
+            with pytest.raises(ValueError, match=match):  # in a single process too, before its warning
+                gc_accelerate.register(accelerator, model, codec, **options)
+    finally:
+        accelerate.state.AcceleratorState._reset_state(True)
+
+
+_SCRIPT = """
+    import json, os, sys, warnings
+    import torch, torch.nn.functional as F
+    import accelerate
+    from gradcomp import models, testing
+    from gradcomp.integrations import accelerate as gc_accelerate
+
+    accelerator = accelerate.Accelerator(cpu=True)
+    net = models.TinyTransformer()
+    model, opt = accelerator.prepare(net, torch.optim.SGD(net.parameters(), lr=0.1))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        state = gc_accelerate.register(accelerator, model, "int8")
+    x, y = testing.MarkovTask().batch(accelerator.process_index, 8, 32)
+    accelerator.backward(F.cross_entropy(model(x).flatten(0, 1), y.flatten()))
+    opt.step()
+    with open(os.path.join(sys.argv[1], f"rank{accelerator.process_index}.json"), "w") as f:
+        json.dump({"processes": accelerator.num_processes, "type": str(accelerator.distributed_type),
+                   "calls": state and state.calls, "warned": [str(w.message) for w in caught]}, f)
+    os._exit(0)  # past gloo's teardown at exit (dist_util says why)
+"""
+
+
+def test_accelerate_launch_on_cpu(tmp_path):
+    script = tmp_path / "train.py"
+    script.write_text(textwrap.dedent(_SCRIPT))
+    launch = ["-m", "accelerate.commands.launch", "--num_machines", "1", "--mixed_precision", "no",
+              "--dynamo_backend", "no", "--num_processes", "2"]
+
+    def results(name, *flags):  # what each process of the launch wrote
+        (tmp_path / name).mkdir()
+        out = trainer_util.launch([*launch, *flags, str(script), str(tmp_path / name)])
+        files = sorted((tmp_path / name).iterdir())
+        return [json.loads(f.read_text()) for f in files], out
+
+    # --multi_gpu: accelerate's torchrun launcher, 2 processes; Accelerator(cpu=True) makes them CPU ranks.
+    ranks, out = results("multi_gpu", "--multi_gpu", "--main_process_port", str(dist_util._free_port()))
+    assert len(ranks) == 2, out[-6000:]
+    for r in ranks:
+        assert r["processes"] == 2 and r["type"] == "DistributedType.MULTI_CPU" and r["calls"] > 0, r
+    # --cpu: the simple launcher runs the script once; register says how to start 2.
+    (one,), _ = results("cpu", "--cpu")
+    assert one["processes"] == 1 and one["calls"] is None, one
+    (warning,) = one["warned"]
+    assert "started this one process" in warning and "torchrun --nproc-per-node N" in warning, warning
+    assert "accelerate launch --multi_gpu --num_processes N" in warning, warning

@@ -119,6 +119,16 @@ def test_bad_configurations_raise():
         wrap_parallelize(parallelize, "int8")(torch.nn.Linear(2, 2), parallelism=ParallelismConfig(enable_fsdp_symm_mem=True))
     with pytest.raises(ValueError, match="dp_shard"):
         wrap_parallelize(parallelize, "int8")(torch.nn.Linear(2, 2), parallelism=ParallelismConfig())
+    # The codec and its options are checked when the function is wrapped, before any rank starts.
+    from gradcomp.integrations.torchtitan import with_gradcomp
+
+    for codec, options, match in [("int9", {}, "unknown codec"), ("int8", {"densty": 0.1}, "option 'densty'"),
+                                  ("tagc", {"preset": "v9"}, "preset")]:
+        with pytest.raises(ValueError, match=match):
+            wrap_parallelize(parallelize, codec, **options)
+        with pytest.raises(ValueError, match="gradcomp.integrations.torchtitan: codec"):
+            with_gradcomp(_spec(), codec, **options)
+    assert wrap_parallelize(parallelize, "tagc", preset="tagc2").states == []
     with pytest.raises(ValueError, match="MAX"):
         fsdp._scale(dist.ReduceOp.MAX, 2)
     assert fsdp._scale(dist.ReduceOp.PREMUL_SUM(1.0), 2) == 1.0  # torchtitan's divide factor 1: a plain sum

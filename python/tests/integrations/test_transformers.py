@@ -1,6 +1,7 @@
 """The Transformers Trainer at 2 CPU ranks (gloo, use_cpu under torchrun's environment):
 gradcomp's hook, registered by attach()'s callback on trainer.model_wrapped, trains close to
-plain DDP; a model that is not DDP at train begin raises, a single process warns."""
+plain DDP; a model that is not DDP at train begin raises, a single process warns, a bad codec or
+option is a ValueError when the callback is made."""
 
 import tempfile
 import types
@@ -13,7 +14,7 @@ import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 
 from gradcomp import models  # noqa: E402
-from gradcomp.integrations import accelerate as gc_accelerate  # noqa: E402
+from gradcomp.integrations.transformers import GradcompCallback, attach  # noqa: E402
 
 import dist_util  # noqa: E402
 import trainer_util  # noqa: E402
@@ -61,7 +62,7 @@ def _train(rank, world):
             model, trainer = _trainer(world, d)
             seen = HookName(trainer)
             trainer.add_callback(seen)
-            callback = gc_accelerate.attach(trainer, codec) if codec else None
+            callback = attach(trainer, codec) if codec else None
             trainer.train()
             params = torch.cat([p.detach().flatten() for p in model.parameters()])
             out[codec or "fp32"] = {
@@ -75,7 +76,7 @@ def _train(rank, world):
 
         # Not DDP at train begin: before train() the Trainer's model_wrapped is the bare model.
         model, trainer = _trainer(world, d)
-        callback = gc_accelerate.attach(trainer, "int8")
+        callback = attach(trainer, "int8")
         try:
             callback.on_train_begin(trainer.args, trainer.state, trainer.control, model=model)
         except RuntimeError as e:
@@ -99,8 +100,20 @@ def test_trainer_callback():
 
 def test_trainer_callback_single_process_warns():
     trainer = types.SimpleNamespace(model_wrapped=LM(), add_callback=lambda cb: None)
-    callback = gc_accelerate.attach(trainer, "int8")
-    assert isinstance(callback, gc_accelerate.GradcompCallback)
+    callback = attach(trainer, "int8")
+    assert isinstance(callback, GradcompCallback)
     with pytest.warns(UserWarning, match="single process"):
         callback.on_train_begin(types.SimpleNamespace(world_size=1), None, None)
     assert callback.state is None
+
+
+def test_trainer_callback_checks_codec_and_options():
+    added = []
+    trainer = types.SimpleNamespace(model_wrapped=LM(), add_callback=added.append)
+    for codec, options, match in [("int9", {}, "unknown codec"), ("topk", {"density": 0}, "density"),
+                                  ("tagc", {"preset": "v9"}, "preset")]:
+        with pytest.raises(ValueError, match=match):
+            attach(trainer, codec, **options)
+        with pytest.raises(ValueError, match="GradcompCallback: codec"):
+            GradcompCallback(trainer, codec, **options)
+    assert added == []  # nothing was added to the trainer
