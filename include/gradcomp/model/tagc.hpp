@@ -2,9 +2,9 @@
 // TAGC's routing: the big matrices (MLP, embeddings, LM head; attention when asked) to the
 // sketch, the other tensors as bf16, tensors under a size as fp32.
 //
-// - Summable path (what TAGC does): transformer::split (split.hpp) cuts the buffer into these
+// - Summable path (what TAGC does): model::split (split.hpp) cuts the buffer into these
 //   three parts by tagc_routing(); tagc::codec runs over part 0, summable::cast<bf16> and
-//   <none> over parts 1 and 2, each with the transport's sum (docs/transformers.md).
+//   <none> over parts 1 and 2, each with the transport's sum (docs/model.md).
 // - Gather path: tagc_router, a router whose first slot takes a gather-path compressor for
 //   the same tensors. A count sketch is summed, not gathered, so that slot defaults to top-k
 //   with bf16 values and residual feedback (any compressor with a codec id of its own fits).
@@ -22,7 +22,7 @@
 #include "../sparsify/topk.hpp"
 #include "router.hpp"
 
-namespace gradcomp::transformer {
+namespace gradcomp::model {
 
 using sketch_stand_in = compressor<partition::chunks, sparsify::topk, quantize::bf16, feedback::residual>;
 using bf16_cast = compressor<partition::chunks, sparsify::dense, quantize::bf16, feedback::none>;
@@ -46,4 +46,4 @@ inline routing tagc_routing(bool compress_attention = false, std::size_t small_e
   return r;
 }
 
-}  // namespace gradcomp::transformer
+}  // namespace gradcomp::model

@@ -2,10 +2,10 @@
 // the same bytes and state as the unobserved calls, and one entry per chunk of a router step.
 #include <doctest/doctest.h>
 
-#include <gradcomp/transformer/models.hpp>
-#include <gradcomp/transformer/router.hpp>
-#include <gradcomp/transformer/tagc.hpp>
-#include <gradcomp/transformer/telemetry.hpp>
+#include <gradcomp/model/published.hpp>
+#include <gradcomp/model/router.hpp>
+#include <gradcomp/model/tagc.hpp>
+#include <gradcomp/model/telemetry.hpp>
 
 #include <cmath>
 #include <span>
@@ -15,21 +15,21 @@
 #include "support/random.hpp"
 
 namespace gc = gradcomp;
-namespace tf = gradcomp::transformer;
+namespace gm = gradcomp::model;
 
 TEST_CASE("telemetry: kept, bytes, ratio, norms and error of each chunk, the same frames as compress()") {
-  tf::sketch_stand_in::config cfg;
+  gm::sketch_stand_in::config cfg;
   cfg.partition.chunk_bytes = 4000;  // 1000 floats
   cfg.sparsify.density = 0.1;
-  const tf::sketch_stand_in c(cfg);
+  const gm::sketch_stand_in c(cfg);
   const auto g = gc::test::heavy_tailed(3500, 5);
   auto plain_state = c.make_state(g.size()), observed_state = c.make_state(g.size());
   std::vector<std::byte> plain(c.max_payload_bytes<float>(g.size())), observed(plain.size());
-  tf::telemetry tel;
+  gm::telemetry tel;
   for (int step = 0; step < 2; ++step) {
     tel.clear();
-    const auto a = tf::observed_compress<tf::sketch_stand_in, float>(c, g, plain_state, plain, nullptr);
-    const auto b = tf::observed_compress<tf::sketch_stand_in, float>(c, g, observed_state, observed, &tel, 3, gc::role::mlp_in, 1);
+    const auto a = gm::observed_compress<gm::sketch_stand_in, float>(c, g, plain_state, plain, nullptr);
+    const auto b = gm::observed_compress<gm::sketch_stand_in, float>(c, g, observed_state, observed, &tel, 3, gc::role::mlp_in, 1);
     REQUIRE(a.ok());
     REQUIRE(b.ok());
     CHECK(*a == *b);
@@ -42,7 +42,7 @@ TEST_CASE("telemetry: kept, bytes, ratio, norms and error of each chunk, the sam
     std::vector<float> decoded(g.size(), 0.0f);
     REQUIRE(c.decompress<float>(std::span<const std::byte>(observed.data(), *b), decoded).ok());
     for (std::size_t i = 0; i < 4; ++i) {
-      const tf::chunk_stats& s = tel.chunks[i];
+      const gm::chunk_stats& s = tel.chunks[i];
       const auto h = gc::test::header_of(frames[i]);
       CHECK(s.tensor == 3);
       CHECK(s.tensor_role == gc::role::mlp_in);
@@ -69,21 +69,21 @@ TEST_CASE("telemetry: kept, bytes, ratio, norms and error of each chunk, the sam
   // errors off: no decode, rel_error left 0.
   tel.errors = false;
   tel.clear();
-  REQUIRE(tf::observed_compress<tf::sketch_stand_in, float>(c, g, observed_state, observed, &tel).ok());
+  REQUIRE(gm::observed_compress<gm::sketch_stand_in, float>(c, g, observed_state, observed, &tel).ok());
   CHECK(tel.chunks[0].rel_error == 0);
   CHECK(tel.chunks[0].kept == 100);
 }
 
 TEST_CASE("telemetry: a router step records every chunk with its tensor, role and slot") {
-  const gc::layout l = tf::gpt2_layout({1, 32, 128, 16, true});
-  tf::sketch_stand_in::config sk;
+  const gc::layout l = gm::gpt2_layout({1, 32, 128, 16, true});
+  gm::sketch_stand_in::config sk;
   sk.partition.chunk_bytes = 4096;
   sk.sparsify.density = 0.1;
-  const tf::tagc_router<> r(l, tf::tagc_routing(false, 100), {tf::sketch_stand_in(sk), tf::bf16_cast(), tf::fp32_plain()});
+  const gm::tagc_router<> r(l, gm::tagc_routing(false, 100), {gm::sketch_stand_in(sk), gm::bf16_cast(), gm::fp32_plain()});
   auto st = r.make_state(), quiet = r.make_state();
   const auto g = gc::test::heavy_tailed(l.extent(), 9);
   std::vector<std::byte> p(r.max_payload_bytes<float>()), q(p.size());
-  tf::telemetry tel;
+  gm::telemetry tel;
   const auto w = r.compress<float>(g, st, p, &tel);
   REQUIRE(w.ok());
   CHECK(r.compress<float>(g, quiet, q).value() == *w);
@@ -91,20 +91,20 @@ TEST_CASE("telemetry: a router step records every chunk with its tensor, role an
   REQUIRE(tel.chunks.size() == r.chunk_count<float>());
   std::size_t bytes = 0;
   for (std::size_t i = 0; i < tel.chunks.size(); ++i) {
-    const tf::chunk_stats& s = tel.chunks[i];
+    const gm::chunk_stats& s = tel.chunks[i];
     const auto at = r.locate<float>(i);
     CHECK(s.tensor == at.tensor);
     CHECK(s.chunk == at.chunk);
     CHECK(s.tensor_role == r.role_of(at.tensor));
     CHECK(s.slot == r.route(at.tensor));
     CHECK(s.codec_id == r.codec_of(s.slot));
-    if (s.slot == tf::tagc_plain_slot) CHECK(s.rel_error == 0);
-    if (s.slot == tf::tagc_bf16_slot) CHECK(s.rel_error < 1.0 / 256);
+    if (s.slot == gm::tagc_plain_slot) CHECK(s.rel_error == 0);
+    if (s.slot == gm::tagc_bf16_slot) CHECK(s.rel_error < 1.0 / 256);
     bytes += s.bytes;
   }
   CHECK(bytes == *w);
   // The pipelined form records the same.
-  tf::telemetry per_chunk;
+  gm::telemetry per_chunk;
   auto st2 = r.make_state();
   for (std::size_t i = 0; i < r.chunk_count<float>(); ++i) {
     std::vector<std::byte> frame(r.max_frame_bytes<float>(i));

@@ -2,7 +2,7 @@
 // really report (nanoGPT, Hugging Face GPT-2 and Llama, Meta's Llama, Megatron legacy and core).
 #include <doctest/doctest.h>
 
-#include <gradcomp/transformer/layout.hpp>
+#include <gradcomp/model/layout.hpp>
 
 #include <string>
 #include <utility>

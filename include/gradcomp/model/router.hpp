@@ -8,8 +8,8 @@
 // the decoder from each frame's codec id, so a sender may reroute a tensor (compress it or
 // not) without telling the receivers. Slots must have distinct codec ids (validate()).
 //
-//   using R = transformer::tagc_router<>;  // transformer/tagc.hpp: top-k + bf16, bf16, fp32
-//   R r(transformer::gpt2_layout(transformer::gpt2_small), transformer::tagc_routing());
+//   using R = model::tagc_router<>;  // model/tagc.hpp: top-k + bf16, bf16, fp32
+//   R r(model::gpt2_layout(model::gpt2_small), model::tagc_routing());
 //   auto st = r.make_state();
 //   std::vector<std::byte> payload(r.max_payload_bytes<float>());
 //   auto sent = r.compress<float>(grad, st, payload);   // all-gathered by the transport
@@ -35,7 +35,7 @@
 #include "../engine/frame_checks.hpp"
 #include "telemetry.hpp"
 
-namespace gradcomp::transformer {
+namespace gradcomp::model {
 
 struct routing {
   std::array<std::size_t, role_count> slot_of_role{};  // slot index for each role
@@ -57,7 +57,7 @@ struct router_state {
 
 template <class... Slots>
 class router {
-  static_assert(sizeof...(Slots) >= 1, "gradcomp::transformer::router needs at least one slot");
+  static_assert(sizeof...(Slots) >= 1, "gradcomp::model::router needs at least one slot");
 
  public:
   static constexpr std::size_t slot_count = sizeof...(Slots);
@@ -397,4 +397,4 @@ class router {
   std::vector<role> roles_;
 };
 
-}  // namespace gradcomp::transformer
+}  // namespace gradcomp::model

@@ -2,7 +2,7 @@
 // The overlap planner (AccTFM's partition search and the compress-or-not decision): how many
 // chunks to cut a layer's exchanged tensor into, of which sizes, and whether to compress it,
 // so that the pipelined step (compute, compress, send, decode of successive chunks
-// overlapped) is shortest. A pure function of its inputs; docs/transformers.md gives the
+// overlapped) is shortest. A pure function of its inputs; docs/model.md gives the
 // model and its limits.
 //
 // Model. Chunk i of x_i elements passes four stages in order, each a resource of its own
@@ -35,7 +35,7 @@
 #include "../core/status.hpp"
 #include "../state.hpp"
 
-namespace gradcomp::transformer {
+namespace gradcomp::model {
 
 struct network {
   double latency_s = 0;              // alpha, per message
@@ -338,4 +338,4 @@ result<wire_path> measure_path(const C& comp, std::span<const float> sample, col
   return w;
 }
 
-}  // namespace gradcomp::transformer
+}  // namespace gradcomp::model

@@ -3,7 +3,7 @@
 // [tokens x hidden] result, all payloads all-gathered and accumulated, against the dense sum.
 #include <doctest/doctest.h>
 
-#include <gradcomp/transformer/acctfm.hpp>
+#include <gradcomp/model/acctfm.hpp>
 
 #include <algorithm>
 #include <cmath>
@@ -15,13 +15,13 @@
 #include "support/frames.hpp"
 
 namespace gc = gradcomp;
-namespace tf = gradcomp::transformer;
+namespace gm = gradcomp::model;
 
 namespace {
 
 constexpr std::size_t tokens = 128, hidden = 256, rows_per_chunk = 32;
 constexpr double density = 1.0 / 8;
-using H = tf::acctfm<4>;
+using H = gm::acctfm<4>;
 
 // Activation-like: a log-normal scale per token, Student-t(3) values, and a few outlier
 // hidden channels twenty times larger (the outlier features of transformer activations).
@@ -58,7 +58,7 @@ std::vector<std::byte> compress(const H& h, std::span<const float> x) {
 }  // namespace
 
 TEST_CASE("acctfm: one rank's frames keep each token's top k, quantized within the piecewise bound") {
-  const H h(tf::acctfm_config<4>(hidden, density, rows_per_chunk));
+  const H h(gm::acctfm_config<4>(hidden, density, rows_per_chunk));
   REQUIRE(h.validate().ok());
   CHECK(h.chunk_count<float>(tokens * hidden) == tokens / rows_per_chunk);
   const auto x = activation(1);
@@ -99,7 +99,7 @@ TEST_CASE("acctfm: one rank's frames keep each token's top k, quantized within t
 }
 
 TEST_CASE("acctfm: 2, 4 and 8 tensor-parallel ranks, all-gather then accumulate, against the dense sum") {
-  const H h(tf::acctfm_config<4>(hidden, density, rows_per_chunk));
+  const H h(gm::acctfm_config<4>(hidden, density, rows_per_chunk));
   for (std::size_t ranks : {2, 4, 8}) {
     CAPTURE(ranks);
     std::vector<std::vector<float>> parts;
@@ -117,9 +117,9 @@ TEST_CASE("acctfm: 2, 4 and 8 tensor-parallel ranks, all-gather then accumulate,
     }
     // Every rank runs the same accumulate over the same gathered bytes.
     std::vector<float> sum(tokens * hidden, 0.0f), other_rank(tokens * hidden, 0.0f), from_slots(tokens * hidden, 0.0f);
-    REQUIRE(tf::accumulate_gathered<H, float>(h, gathered, 0, sum).ok());
-    REQUIRE(tf::accumulate_gathered<H, float>(h, gathered, 0, other_rank).ok());
-    REQUIRE(tf::accumulate_gathered<H, float>(h, slotted, slot, from_slots).ok());
+    REQUIRE(gm::accumulate_gathered<H, float>(h, gathered, 0, sum).ok());
+    REQUIRE(gm::accumulate_gathered<H, float>(h, gathered, 0, other_rank).ok());
+    REQUIRE(gm::accumulate_gathered<H, float>(h, slotted, slot, from_slots).ok());
     CHECK(sum == other_rank);
     CHECK(sum == from_slots);
     // The sum is the ranks' decoded payloads added in rank order, and within the triangle
@@ -152,7 +152,7 @@ TEST_CASE("acctfm: 2, 4 and 8 tensor-parallel ranks, all-gather then accumulate,
 }
 
 TEST_CASE("acctfm: bf16 activations, and gathered payloads that are bad leave the sum untouched") {
-  const H h(tf::acctfm_config<4>(hidden, density, rows_per_chunk));
+  const H h(gm::acctfm_config<4>(hidden, density, rows_per_chunk));
   const auto x = activation(7);
   std::vector<gc::bf16_t> xb(x.size());
   for (std::size_t j = 0; j < x.size(); ++j) xb[j] = gc::bf16_t::from_float(x[j]);
@@ -163,7 +163,7 @@ TEST_CASE("acctfm: bf16 activations, and gathered payloads that are bad leave th
   p.resize(*w);
   CHECK(h.chunk_count<gc::bf16_t>(xb.size()) == tokens / rows_per_chunk / 2);  // bf16 rows: twice as many a chunk
   std::vector<gc::bf16_t> sum(xb.size(), gc::bf16_t{0});
-  REQUIRE(tf::accumulate_gathered<H, gc::bf16_t>(h, p, 0, sum).ok());
+  REQUIRE(gm::accumulate_gathered<H, gc::bf16_t>(h, p, 0, sum).ok());
   double e2 = 0, x2 = 0;
   for (std::size_t j = 0; j < x.size(); ++j) e2 += std::pow(sum[j].to_float() - x[j], 2), x2 += x[j] * x[j];
   CHECK(std::sqrt(e2 / x2) < 0.8);
@@ -175,9 +175,9 @@ TEST_CASE("acctfm: bf16 activations, and gathered payloads that are bad leave th
   std::copy(p.begin(), p.end(), slotted.begin() + static_cast<std::ptrdiff_t>(slot));
   slotted[slot + p.size() - 9] ^= std::byte{4};
   const auto before = sum;
-  CHECK(tf::accumulate_gathered<H, gc::bf16_t>(h, slotted, slot, sum).code() == gc::errc::checksum_mismatch);
+  CHECK(gm::accumulate_gathered<H, gc::bf16_t>(h, slotted, slot, sum).code() == gc::errc::checksum_mismatch);
   CHECK(sum == before);
-  CHECK(tf::accumulate_gathered<H, gc::bf16_t>(h, std::span<const std::byte>(slotted).first(slot + 1), slot, sum).code() ==
+  CHECK(gm::accumulate_gathered<H, gc::bf16_t>(h, std::span<const std::byte>(slotted).first(slot + 1), slot, sum).code() ==
         gc::errc::size_mismatch);
   CHECK(sum == before);
 }

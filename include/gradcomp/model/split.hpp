@@ -1,12 +1,12 @@
 #pragma once
 // split: the summable path's routing. A laid-out buffer is cut into parts by the same rule as
-// router (transformer/router.hpp: a tensor's role and size give its slot; here slot = part),
+// router (model/router.hpp: a tensor's role and size give its slot; here slot = part),
 // each part the concatenation of its tensors in layout order, so that a summable codec runs
-// over each part as one flat buffer with any collective. TAGC's choice (transformer/tagc.hpp,
+// over each part as one flat buffer with any collective. TAGC's choice (model/tagc.hpp,
 // tagc_routing): part 0 the count sketch (tagc::codec), part 1 bf16 (summable::cast), part 2
-// fp32 for small tensors (docs/transformers.md, "Routing").
+// fp32 for small tensors (docs/model.md, "Routing").
 //
-//   transformer::split sp(transformer::gpt2_layout(transformer::gpt2_small), transformer::tagc_routing());
+//   model::split sp(model::gpt2_layout(model::gpt2_small), model::tagc_routing());
 //   std::vector<float> mlp(sp.size(0));
 //   sp.gather<float>(0, grad, mlp);               // then tagc::codec's phases over `mlp`
 //   sp.scatter<float>(0, mlp_average, averaged);  // the part's result back into the flat buffer
@@ -23,7 +23,7 @@
 #include "../core/status.hpp"
 #include "router.hpp"
 
-namespace gradcomp::transformer {
+namespace gradcomp::model {
 
 class split {
  public:
@@ -91,4 +91,4 @@ class split {
   std::vector<std::size_t> sizes_;
 };
 
-}  // namespace gradcomp::transformer
+}  // namespace gradcomp::model

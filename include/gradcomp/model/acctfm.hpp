@@ -9,13 +9,13 @@
 // all-gathers the payloads, and every rank accumulates all of them, its own included (so
 // every rank holds the same sum, bit for bit, as tensor parallelism requires):
 //
-//   using H = transformer::acctfm<4>;
-//   H h(transformer::acctfm_config<4>(hidden, 1.0 / 8));
+//   using H = model::acctfm<4>;
+//   H h(model::acctfm_config<4>(hidden, 1.0 / 8));
 //   auto st = h.make_state(tokens * hidden);
 //   auto sent = h.compress<float>(partial, st, payload);        // this rank's share
 //   ... all-gather (back to back, or fixed slots of max_payload_bytes) ...
 //   std::fill(sum.begin(), sum.end(), 0.0f);
-//   transformer::accumulate_gathered<H, float>(h, gathered, slot_bytes, sum);
+//   model::accumulate_gathered<H, float>(h, gathered, slot_bytes, sum);
 
 #include <cstddef>
 #include <span>
@@ -28,7 +28,7 @@
 #include "../sparsify/row_topk.hpp"
 #include "../engine/frame_checks.hpp"
 
-namespace gradcomp::transformer {
+namespace gradcomp::model {
 
 template <unsigned Bits = 4>
 using acctfm = compressor<partition::chunks, sparsify::row_topk, quantize::piecewise<Bits>, feedback::none>;
@@ -76,4 +76,4 @@ status accumulate_gathered(const C& comp, std::span<const std::byte> gathered, s
   return {};
 }
 
-}  // namespace gradcomp::transformer
+}  // namespace gradcomp::model

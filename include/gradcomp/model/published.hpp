@@ -16,7 +16,7 @@
 
 #include "layout.hpp"
 
-namespace gradcomp::transformer {
+namespace gradcomp::model {
 
 struct gpt2_config {
   std::size_t layers = 12, d_model = 768, vocab = 50257, context = 1024;
@@ -147,4 +147,4 @@ inline layout megatron_gpt_layout(const megatron_gpt_config& c, dtype type = dty
   return l;
 }
 
-}  // namespace gradcomp::transformer
+}  // namespace gradcomp::model

@@ -19,7 +19,7 @@
 #include "../core/status.hpp"
 #include "../state.hpp"
 
-namespace gradcomp::transformer {
+namespace gradcomp::model {
 
 struct chunk_stats {
   std::size_t tensor = 0;       // layout index (0 for a lone buffer)
@@ -109,4 +109,4 @@ result<std::size_t> observed_compress(const C& comp, std::span<const T> grad, st
   return written;
 }
 
-}  // namespace gradcomp::transformer
+}  // namespace gradcomp::model

@@ -4,9 +4,9 @@
 
 #include <gradcomp/partition/whole.hpp>
 #include <gradcomp/quantize/fp16.hpp>
-#include <gradcomp/transformer/models.hpp>
-#include <gradcomp/transformer/router.hpp>
-#include <gradcomp/transformer/tagc.hpp>
+#include <gradcomp/model/published.hpp>
+#include <gradcomp/model/router.hpp>
+#include <gradcomp/model/tagc.hpp>
 
 #include <cmath>
 #include <cstring>
@@ -18,35 +18,35 @@
 #include "support/random.hpp"
 
 namespace gc = gradcomp;
-namespace tf = gradcomp::transformer;
+namespace gm = gradcomp::model;
 using gc::role;
 
 namespace {
 
-using R = tf::tagc_router<>;
+using R = gm::tagc_router<>;
 
 // GPT-2 shaped but small: 2 layers, d_model 64, vocab 512, context 64; a gap of 16 elements
 // after every tensor, so that a router must leave what lies between tensors alone.
 gc::layout small_gpt2() {
-  const gc::layout packed = tf::gpt2_layout({2, 64, 512, 64, true});
+  const gc::layout packed = gm::gpt2_layout({2, 64, 512, 64, true});
   gc::layout l;
   for (const gc::tensor_desc& t : packed.tensors()) l.add_at(l.extent() + (l.size() ? 16 : 0), t.name, t.shape);
   return l;
 }
 
-std::tuple<tf::sketch_stand_in, tf::bf16_cast, tf::fp32_plain> slots(bool allow_non_finite = true) {
-  tf::sketch_stand_in::config sk;
+std::tuple<gm::sketch_stand_in, gm::bf16_cast, gm::fp32_plain> slots(bool allow_non_finite = true) {
+  gm::sketch_stand_in::config sk;
   sk.partition.chunk_bytes = 16 << 10;  // 4096 floats: the big tensors span several frames
   sk.sparsify.density = 0.05;
   sk.compact_indices = false;           // u32 index lists: the forged-index test knows where
   sk.allow_non_finite = allow_non_finite;
-  tf::bf16_cast::config b;
+  gm::bf16_cast::config b;
   b.partition.chunk_bytes = 16 << 10;
-  return {tf::sketch_stand_in(sk), tf::bf16_cast(b), tf::fp32_plain()};
+  return {gm::sketch_stand_in(sk), gm::bf16_cast(b), gm::fp32_plain()};
 }
 
 R make_router(bool compress_attention = false) {
-  return R(small_gpt2(), tf::tagc_routing(compress_attention, 1000), slots());
+  return R(small_gpt2(), gm::tagc_routing(compress_attention, 1000), slots());
 }
 
 std::vector<float> gradient(const gc::layout& l, std::uint32_t seed) {
@@ -54,7 +54,7 @@ std::vector<float> gradient(const gc::layout& l, std::uint32_t seed) {
   return g;
 }
 
-std::vector<std::byte> compress(const R& r, std::span<const float> g, tf::router_state& st) {
+std::vector<std::byte> compress(const R& r, std::span<const float> g, gm::router_state& st) {
   std::vector<std::byte> p(r.max_payload_bytes<float>());
   const auto w = r.compress<float>(g, st, p);
   REQUIRE(w.ok());
@@ -81,20 +81,20 @@ TEST_CASE("router: each tensor goes to the slot of its role, small tensors uncom
   for (std::size_t t = 0; t < l.size(); ++t) {
     CAPTURE(l[t].name);
     const role x = r.role_of(t);
-    std::size_t want = tf::tagc_bf16_slot;
+    std::size_t want = gm::tagc_bf16_slot;
     if (l[t].elements() < 1000) {
-      want = tf::tagc_plain_slot;
+      want = gm::tagc_plain_slot;
     } else if (x == role::mlp_in || x == role::mlp_out || x == role::embedding || x == role::lm_head) {
-      want = tf::tagc_sketch_slot;
+      want = gm::tagc_sketch_slot;
     }
     CHECK(r.route(t) == want);
   }
-  CHECK(r.route(0) == tf::tagc_sketch_slot);                                    // wte (tied head)
-  CHECK(r.route(l.find("transformer.h.0.attn.c_attn.weight")) == tf::tagc_bf16_slot);
-  CHECK(r.route(l.find("transformer.h.0.ln_1.weight")) == tf::tagc_plain_slot);
+  CHECK(r.route(0) == gm::tagc_sketch_slot);                                    // wte (tied head)
+  CHECK(r.route(l.find("transformer.h.0.attn.c_attn.weight")) == gm::tagc_bf16_slot);
+  CHECK(r.route(l.find("transformer.h.0.ln_1.weight")) == gm::tagc_plain_slot);
   const R a = make_router(true);
-  CHECK(a.route(l.find("transformer.h.0.attn.c_attn.weight")) == tf::tagc_sketch_slot);
-  CHECK(a.route(l.find("transformer.h.1.attn.c_proj.weight")) == tf::tagc_sketch_slot);
+  CHECK(a.route(l.find("transformer.h.0.attn.c_attn.weight")) == gm::tagc_sketch_slot);
+  CHECK(a.route(l.find("transformer.h.1.attn.c_proj.weight")) == gm::tagc_sketch_slot);
   CHECK(r.slot_of_codec(r.codec_of(1)) == 1);
   CHECK(r.slot_of_codec(0x12345678u) == R::npos);
 }
@@ -130,10 +130,10 @@ TEST_CASE("router: a payload is each tensor's own frames, in layout order, decod
     double e2 = 0, g2 = 0;
     for (std::size_t j = at; j < at + n; ++j) e2 += std::pow(out[j] - g[j], 2), g2 += std::pow(g[j], 2);
     CAPTURE(l[t].name);
-    if (r.route(t) == tf::tagc_plain_slot) CHECK(e2 == 0);                         // fp32: exact
-    if (r.route(t) == tf::tagc_bf16_slot) CHECK(std::sqrt(e2 / g2) < 1.0 / 256);  // bf16
+    if (r.route(t) == gm::tagc_plain_slot) CHECK(e2 == 0);                         // fp32: exact
+    if (r.route(t) == gm::tagc_bf16_slot) CHECK(std::sqrt(e2 / g2) < 1.0 / 256);  // bf16
     // top-k 5% (contraction, chunk by chunk) plus bf16 rounding of what is kept
-    if (r.route(t) == tf::tagc_sketch_slot) CHECK(e2 <= (0.95 + 0x1p-16) * g2);
+    if (r.route(t) == gm::tagc_sketch_slot) CHECK(e2 <= (0.95 + 0x1p-16) * g2);
   }
   std::size_t untouched = 0;
   for (float v : out) untouched += v == 7.0f;
@@ -263,7 +263,7 @@ TEST_CASE("router: bad payloads are refused and leave the output untouched") {
     auto bad_frames = gc::test::split_frames(bad);
     std::size_t k = bad_frames.size();
     while (k-- > 0)
-      if (r.slot_of_codec(gc::test::header_of(bad_frames[k]).codec_id) == tf::tagc_sketch_slot) break;
+      if (r.slot_of_codec(gc::test::header_of(bad_frames[k]).codec_id) == gm::tagc_sketch_slot) break;
     const auto h = gc::test::header_of(bad_frames[k]);
     gc::test::poke<std::uint32_t>(bad_frames[k], h.index_offset() + 4 * (h.kept_count - 1), 0xfffffff0u);
     gc::test::reseal(bad_frames[k]);
@@ -307,7 +307,7 @@ TEST_CASE("router: bad compress arguments change neither payload nor state") {
     for (std::byte b : payload) REQUIRE(b == std::byte{0x5a});
   };
   SUBCASE("a state of another routing") {
-    r.set_routing(tf::tagc_routing(true, 1000));
+    r.set_routing(gm::tagc_routing(true, 1000));
     CHECK(r.compress<float>(g, st, payload).code() == gc::errc::size_mismatch);
   }
   SUBCASE("a payload too small, a buffer too small") {
@@ -321,7 +321,7 @@ TEST_CASE("router: bad compress arguments change neither payload nor state") {
     CHECK(r.compress<gc::bf16_t>(h, st, payload).code() == gc::errc::invalid_argument);
   }
   SUBCASE("NaN in the last tensor where its slot forbids it") {
-    R strict(small_gpt2(), tf::tagc_routing(false, 1000), slots(false));
+    R strict(small_gpt2(), gm::tagc_routing(false, 1000), slots(false));
     st = strict.make_state();
     g[l[l.find("transformer.h.1.mlp.c_proj.weight")].offset + 5] = NAN;
     CHECK(strict.compress<float>(g, st, payload).code() == gc::errc::non_finite_value);
@@ -330,18 +330,18 @@ TEST_CASE("router: bad compress arguments change neither payload nor state") {
 }
 
 TEST_CASE("router: validate() refuses shared codec ids and slots beyond the set") {
-  tf::router<tf::bf16_cast, tf::bf16_cast> twins(small_gpt2());
+  gm::router<gm::bf16_cast, gm::bf16_cast> twins(small_gpt2());
   CHECK(twins.validate() == gc::errc::invalid_argument);
   auto st = twins.make_state();
   std::vector<float> g(twins.get_layout().extent());
   std::vector<std::byte> p(twins.max_payload_bytes<float>());
   CHECK(twins.compress<float>(g, st, p).code() == gc::errc::invalid_argument);
-  tf::routing beyond = tf::tagc_routing();
+  gm::routing beyond = gm::tagc_routing();
   beyond.small_slot = 3;
   CHECK(R(small_gpt2(), beyond, slots()).validate() == gc::errc::invalid_argument);
   gc::layout overlapping;
   overlapping.add("a.weight", {4, 4}).add_at(3, "b.weight", {4, 4});
-  CHECK(R(overlapping, tf::tagc_routing(), slots()).validate() == gc::errc::invalid_argument);
+  CHECK(R(overlapping, gm::tagc_routing(), slots()).validate() == gc::errc::invalid_argument);
 }
 
 TEST_CASE("router: a checkpoint restores every tensor's residual and step") {

@@ -4,7 +4,7 @@
 // name and shape to a role, so that policies can differ by role (TAGC: sketch the big
 // matrices, bf16 the rest). Built-in rules know the parameter names of nanoGPT, Hugging Face
 // GPT-2 and Llama, Meta's original Llama and Megatron-LM (legacy and core); user rules (glob
-// patterns, first match wins) are tried before them. docs/transformers.md lists the names.
+// patterns, first match wins) are tried before them. docs/model.md lists the names.
 
 #include <algorithm>
 #include <array>

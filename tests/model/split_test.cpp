@@ -1,4 +1,4 @@
-// transformer::split: parts by role and size (the router's rule), gather and scatter, bad
+// model::split: parts by role and size (the router's rule), gather and scatter, bad
 // input, and TAGC's routing on the summable path: the count sketch over the MLP, embedding
 // and LM head, bf16 over the rest, fp32 for small tensors, on W = 4 simulated ranks.
 #include <doctest/doctest.h>
@@ -6,9 +6,9 @@
 #include <gradcomp/core/murmur3.hpp>
 #include <gradcomp/summable/values.hpp>
 #include <gradcomp/tagc.hpp>
-#include <gradcomp/transformer/models.hpp>
-#include <gradcomp/transformer/split.hpp>
-#include <gradcomp/transformer/tagc.hpp>
+#include <gradcomp/model/published.hpp>
+#include <gradcomp/model/split.hpp>
+#include <gradcomp/model/tagc.hpp>
 
 #include <cstddef>
 #include <type_traits>
@@ -17,7 +17,7 @@
 #include "summable/collective.hpp"
 
 namespace gc = gradcomp;
-namespace tf = gradcomp::transformer;
+namespace gm = gradcomp::model;
 using gc::role;
 
 namespace {
@@ -25,7 +25,7 @@ namespace {
 // GPT-2 shaped but small (2 layers, d_model 64, vocab 512, context 64), a gap of 16 elements
 // after every tensor that belongs to no part.
 gc::layout small_gpt2() {
-  const gc::layout packed = tf::gpt2_layout({2, 64, 512, 64, true});
+  const gc::layout packed = gm::gpt2_layout({2, 64, 512, 64, true});
   gc::layout l;
   for (const gc::tensor_desc& t : packed.tensors()) l.add_at(l.extent() + (l.size() ? 16 : 0), t.name, t.shape);
   return l;
@@ -40,8 +40,8 @@ bool covered(const gc::layout& l, std::size_t j) {
 }  // namespace
 
 TEST_CASE("split: each tensor in the part its role and size route it to, in layout order") {
-  const tf::routing r = tf::tagc_routing(false, 1024);
-  const tf::split sp(small_gpt2(), r);
+  const gm::routing r = gm::tagc_routing(false, 1024);
+  const gm::split sp(small_gpt2(), r);
   REQUIRE(sp.validate().ok());
   REQUIRE(sp.parts() == 3);
   const gc::layout& l = sp.get_layout();
@@ -54,7 +54,7 @@ TEST_CASE("split: each tensor in the part its role and size route it to, in layo
       CHECK(q.flat == l[q.tensor].offset);
       CHECK(q.count == l[q.tensor].elements());
       CHECK((at == 0 || q.tensor > last));
-      CHECK(tf::slot_for(r, q.count, roles[q.tensor]) == p);
+      CHECK(gm::slot_for(r, q.count, roles[q.tensor]) == p);
       ++seen[q.tensor];
       at += q.count;
       last = q.tensor;
@@ -69,7 +69,7 @@ TEST_CASE("split: each tensor in the part its role and size route it to, in layo
 }
 
 TEST_CASE("split: gather then scatter restores every tensor and leaves the gaps alone, bad sizes refused") {
-  const tf::split sp(small_gpt2(), tf::tagc_routing(false, 1024));
+  const gm::split sp(small_gpt2(), gm::tagc_routing(false, 1024));
   const gc::layout& l = sp.get_layout();
   std::vector<float> flat(l.extent());
   for (std::size_t j = 0; j < flat.size(); ++j) flat[j] = static_cast<float>(j) * 0.5f;
@@ -91,13 +91,13 @@ TEST_CASE("split: gather then scatter restores every tensor and leaves the gaps 
   CHECK(sp.size(7) == 0);
   CHECK(sp.pieces(7).empty());
 
-  tf::routing far = tf::tagc_routing();
+  gm::routing far = gm::tagc_routing();
   far.small_slot = 1000;
-  CHECK(tf::split(small_gpt2(), far).validate().code() == gc::errc::invalid_argument);
+  CHECK(gm::split(small_gpt2(), far).validate().code() == gc::errc::invalid_argument);
 }
 
 TEST_CASE("split: TAGC's routing on the summable path, W = 4: every part all-reduced, feedback exact") {
-  const tf::split sp(small_gpt2(), tf::tagc_routing(false, 1024));
+  const gm::split sp(small_gpt2(), gm::tagc_routing(false, 1024));
   const gc::layout& l = sp.get_layout();
   constexpr std::uint32_t W = 4;
   // Values whose sums every transport adds exactly: multiples of 2^-12 below 4 in fp32 (the
