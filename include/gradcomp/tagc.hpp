@@ -21,7 +21,7 @@
 // Every call checks its stage, sizes and values before writing; on error nothing advances.
 // The phases have names (encode_bitmap, receive_bitmap, encode_sketch, receive_sketch,
 // finish_step: the calls of cuda::tagc::codec) and the summable phase interface's numbers
-// (encode(k), receive(k)). The checks are tagc/rules.hpp's, shared with the parallel form; the
+// (encode(k), receive(k)). The checks are tagc/rules.hpp's, shared with the per-thread form; the
 // kernels are the CPU executor's (cpu/tagc.hpp). This header is TAGC on the CPU: the
 // codec and the checkpoint calls that take it (the image: tagc/checkpoint.hpp).
 

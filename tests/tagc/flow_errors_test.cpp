@@ -1,4 +1,4 @@
-// The parallel flow's errors (tagc/parallel_runner.hpp, host loops): a bad reduced bitmap is
+// The per-thread flow's errors (tagc/flow.hpp, host loops): a bad reduced bitmap is
 // reported on the device with the host codec's errc and the rest of the step does nothing
 // (cells, residual and output untouched), after which the ranks carry on in step with the
 // host; a packed sketch buffer too small for the step's cells is found on the device; argument
@@ -62,7 +62,7 @@ std::uint32_t word(const bytes& b, std::size_t w) {
 
 }  // namespace
 
-TEST_CASE("tagc parallel: a bad union is reported on the device, the step does nothing more, the next is whole") {
+TEST_CASE("tagc flow: a bad union is reported on the device, the step does nothing more, the next is whole") {
   const std::size_t n = 10007;  // 10007 % 32 = 23: the last word has 9 bits past n
   SUBCASE("1-bit: a bit past n") {
     twins t(gt::config{}, n, 4);
@@ -100,7 +100,7 @@ TEST_CASE("tagc parallel: a bad union is reported on the device, the step does n
   }
 }
 
-TEST_CASE("tagc parallel: a packed sketch buffer too small for the step's cells is found on the device") {
+TEST_CASE("tagc flow: a packed sketch buffer too small for the step's cells is found on the device") {
   const std::size_t n = 20011;
   twins t(gt::config{}, n, 3);
   const auto g = make_grads(grads::wide, n, 3, 9);
@@ -132,7 +132,7 @@ TEST_CASE("tagc parallel: a packed sketch buffer too small for the step's cells 
   CHECK(out == std::vector<float>(out.size(), -7.0f));
 }
 
-TEST_CASE("tagc parallel: argument errors come back at once and run nothing") {
+TEST_CASE("tagc flow: argument errors come back at once and run nothing") {
   const std::size_t n = 1000;
   twins t(gt::config{}, n, 4);
   auto& m = t.ms[1];
@@ -153,7 +153,7 @@ TEST_CASE("tagc parallel: argument errors come back at once and run nothing") {
   CHECK(t.dev.receive_sketch(t.ex, ws, m.st, out, summable::received::whole, values).code() == errc::invalid_argument);
   gt::config other = gt::config{};
   other.block = 32;
-  const tpar::runner foreign(other);
+  const td::flow foreign(other);
   CHECK(foreign.encode_bitmap(t.ex, ws, m.st, grad, out).code() == errc::codec_mismatch);
   CHECK(launches() == before);  // nothing ran
   REQUIRE(t.dev.encode_bitmap(t.ex, ws, m.st, grad, out).ok());
@@ -174,10 +174,10 @@ TEST_CASE("tagc parallel: argument errors come back at once and run nothing") {
   CHECK(t.dev.make_state(t.ex, mem.span(), n, 0, 0, st).code() == errc::invalid_argument);
   gt::config bad;
   bad.block = 0;
-  CHECK(tpar::runner(bad).state_bytes(n, 4).code() == errc::invalid_argument);
+  CHECK(td::flow(bad).state_bytes(n, 4).code() == errc::invalid_argument);
 }
 
-TEST_CASE("tagc parallel: device state to and from host checkpoints, the run continuing identically") {
+TEST_CASE("tagc flow: device state to and from host checkpoints, the run continuing identically") {
   const std::size_t n = 30011;
   for (gt::bitmap_mode mode : {gt::bitmap_mode::bitwise_or, gt::bitmap_mode::sum_safe}) {
     gt::config c;

@@ -1,9 +1,25 @@
 #pragma once
-// tagc::codec's calls as a sequence of data-parallel steps over an executor (the functors
-// of tagc/parallel.hpp and parallel_sketch.hpp, in memory carved by tagc/parallel_memory.hpp),
-// written once: cuda::tagc::codec (cuda/tagc.cuh) is this with the CUDA executor; the tests run
-// it with host loops. Each call makes tagc::codec's checks of the call order, sizes and
-// alignment, returned at once; then it enqueues the steps. An executor `Ex` offers:
+// TAGC's multi-phase flow, written once for the device form: tagc::codec's calls as sequences
+// of per-thread steps over an executor (the functors of tagc/bitmap_steps.hpp and
+// tagc/sketch_steps.hpp, in memory carved by tagc/memory.hpp). cuda::tagc::codec
+// (cuda/tagc.cuh) is this flow with the CUDA executor; the tests run it with host loops
+// (tests/tagc/host_executor.hpp) beside the host codec (gradcomp/tagc.hpp), byte for byte.
+//
+// The phases (the summable path, docs/tagc.md): describe(k) gives each one's buffer.
+//   0, bitmap   encode_bitmap: x = g + e, every shard's threshold, the kept-position words;
+//               the transport reduces them (OR for the 1-bit bitmap, SUM for the sum-safe one)
+//               and receive_bitmap checks the result and builds the union, r and the cell index.
+//   1, sketch   encode_sketch: every destination shard's cells and the residual update; the
+//               transport sums them (reduce or reduce-scatter) and receive_sketch peels the
+//               whole sketch or this rank's shard.
+//
+// Call order, per rank (tagc/rules.hpp's stages; anything else is errc::invalid_argument):
+//   make_state once (synchronous); then every step
+//   encode_bitmap -> receive_bitmap -> encode_sketch -> receive_sketch -> finish_step.
+//   download_state / upload_state (synchronous, between steps) copy to and from a host
+//   tagc::state for the checkpoint calls; read_report copies the step's report.
+//
+// What the executor `Ex` supplies:
 //   ex.map(n, f, guard)                       f(i) for i < n
 //   ex.count(n, f, counters, guard)           counters[f(i).segment] += f(i).value
 //   ex.sort_keys(temp, bytes, in, out, n, bits)            ascending u64 keys (stable)
@@ -12,9 +28,11 @@
 //   ex.zero(p, bytes), ex.upload(dst, src, bytes), ex.download(dst, src, bytes)
 //   ex.outcome()                              the first failure of the executor itself
 //   Ex::temp_bytes(sizes)                     the sorts' and scan's scratch
-// A call enqueues steps whose sizes the host knows (the bounds: the most items, rows, cells);
-// what depends on the data is read by the steps from device memory (the report's rows, the
-// scanned item counts), so nothing waits for the device inside a step.
+//
+// Each call makes tagc::codec's checks of the call order, sizes and alignment, returned at
+// once; then it enqueues the steps. The sizes of the steps are the bounds the host knows (the
+// most items, rows, cells); what depends on the data is read by the steps from device memory
+// (the report's rows, the scanned item counts), so nothing waits for the device inside a step.
 //
 // What differs from tagc::codec, because the host never waits for the device:
 //   - a failure that depends on the data (a bad union in receive(0), a packed sketch buffer
@@ -31,15 +49,15 @@
 #include <type_traits>
 #include <vector>
 
-#include "parallel_memory.hpp"
+#include "memory.hpp"
 
 namespace gradcomp::tagc::detail {
 
-class runner {
+class flow {
  public:
   static constexpr std::size_t bitmap_phase = 0, sketch_phase = 1;
 
-  explicit runner(const config& c = {}, sketch_layout layout = sketch_layout::packed) : cfg_(c), layout_(layout) {}
+  explicit flow(const config& c = {}, sketch_layout layout = sketch_layout::packed) : cfg_(c), layout_(layout) {}
   const config& get_config() const { return cfg_; }
   sketch_layout layout() const { return layout_; }
   status validate() const { return tagc::validate(cfg_); }

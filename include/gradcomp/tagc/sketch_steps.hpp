@@ -1,16 +1,16 @@
 #pragma once
-// TAGC's union and sketch phase as data-parallel steps (see tagc/parallel.hpp): receive(0)
+// TAGC's union and sketch phase as per-thread steps (see tagc/bitmap_steps.hpp): receive(0)
 // (the reduced bitmap checked, the union per shard, r, the cell index), the cells of every
 // destination shard from that index, the peel of the rank's own cells with the residual
 // update (encode(1)), and the peel of the received cells (receive(1)). The peel is
-// sketch/parallel.hpp's (choose over the items, subtract over the cells, per round) on a
+// sketch/steps.hpp's (choose over the items, subtract over the cells, per round) on a
 // scope: every shard at once, or the rank's shard alone (its items and cells are contiguous).
 //
 // Cell buffers: shard i's r B cells start at i * stride, stride = r B (the packed layout, the
 // host codec's bytes) or R B with R = max_rows (the padded layout: the pad cells are zero, and
 // a reduce-scatter needs no count from the device).
 
-#include "parallel.hpp"
+#include "bitmap_steps.hpp"
 
 namespace gradcomp::tagc::detail {
 

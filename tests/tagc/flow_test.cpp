@@ -1,10 +1,10 @@
-// The GPU's TAGC codec (tagc/parallel_runner.hpp, the flow cuda/tagc.cuh launches) run with
+// The GPU's TAGC codec (tagc/flow.hpp, the flow cuda/tagc.cuh launches) run with
 // host loops, side by side with tagc::codec on W simulated ranks: the same phase bytes, union,
 // r, residuals, thresholds, decoded values and statistics, step after step, for both bitmap
 // modes, both cell types, both sketch layouts, reduce-scatter and all-reduce, every path of
 // the threshold search (the previous threshold, the sample's start, adjustments, the exact
 // top-k with ties cut by index), empty and tiny shards, NaN and infinity. Errors:
-// parallel_errors_test.cpp.
+// flow_errors_test.cpp.
 #include <doctest/doctest.h>
 
 #include <cmath>
@@ -29,10 +29,10 @@ void run_case(const gt::config& c, std::size_t n, std::uint32_t world, grads kin
 
 }  // namespace
 
-TEST_CASE("tagc parallel: shard of an element without a 64-bit division") {
+TEST_CASE("tagc flow: shard of an element without a 64-bit division") {
   test::sketch::splitmix r(5);
   for (std::uint64_t size : {std::uint64_t{1}, std::uint64_t{3}, std::uint64_t{32}, std::uint64_t{1000003}, std::uint64_t{4294967295u}}) {
-    tpar::context c;
+    td::context c;
     c.shard_size = size;
     c.inv_shard = 1.0 / static_cast<double>(size);
     for (int k = 0; k < 20000; ++k) {
@@ -42,7 +42,7 @@ TEST_CASE("tagc parallel: shard of an element without a 64-bit division") {
   }
 }
 
-TEST_CASE("tagc parallel: every phase equals the host codec's, step after step") {
+TEST_CASE("tagc flow: every phase equals the host codec's, step after step") {
   for (gt::bitmap_mode mode : {gt::bitmap_mode::bitwise_or, gt::bitmap_mode::sum_safe})
     for (summable::wire_type cells : {summable::wire_type::bf16, summable::wire_type::f32})
       for (std::uint32_t world : {2u, 3u, 8u}) {
@@ -59,7 +59,7 @@ TEST_CASE("tagc parallel: every phase equals the host codec's, step after step")
       }
 }
 
-TEST_CASE("tagc parallel: presets, the dgc rule, bounded peels and partial peels") {
+TEST_CASE("tagc flow: presets, the dgc rule, bounded peels and partial peels") {
   gt::config low = gt::config{};
   low.cells_per_item = 0.9;  // too few cells: many items stay unpeeled
   low.max_rounds = 2;        // and the rounds are cut short
@@ -76,7 +76,7 @@ TEST_CASE("tagc parallel: presets, the dgc rule, bounded peels and partial peels
   }
 }
 
-TEST_CASE("tagc parallel: the exact top-k, its ties cut by index, and sparse gradients") {
+TEST_CASE("tagc flow: the exact top-k, its ties cut by index, and sparse gradients") {
   bool exact = false;
   for (unsigned tries : {1u, 3u}) {
     gt::config c;
@@ -88,7 +88,7 @@ TEST_CASE("tagc parallel: the exact top-k, its ties cut by index, and sparse gra
   CHECK(exact);  // the exact path ran (and matched)
 }
 
-TEST_CASE("tagc parallel: tiny, empty and keep-everything shards") {
+TEST_CASE("tagc flow: tiny, empty and keep-everything shards") {
   gt::config all;
   all.select.density = 1.0;  // k = n: every position kept
   for (std::size_t n : {std::size_t{0}, std::size_t{1}, std::size_t{5}, std::size_t{37}, std::size_t{1000}}) {
@@ -98,7 +98,7 @@ TEST_CASE("tagc parallel: tiny, empty and keep-everything shards") {
   }
 }
 
-TEST_CASE("tagc parallel: the padded sketch layout carries the same cells") {
+TEST_CASE("tagc flow: the padded sketch layout carries the same cells") {
   for (summable::wire_type cells : {summable::wire_type::bf16, summable::wire_type::f32}) {
     gt::config c;
     c.cells = cells;

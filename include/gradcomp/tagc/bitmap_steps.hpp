@@ -1,8 +1,8 @@
 #pragma once
-// TAGC's codec (gradcomp/tagc.hpp) as data-parallel steps: each functor below is the work of one
+// TAGC's codec (gradcomp/tagc.hpp) as per-thread steps: each functor below is the work of one
 // GPU thread (an element, a bitmap word, a shard, a cell, an item), and running the steps in
-// the order of tagc/parallel_memory.hpp gives the host codec's bytes, residuals and thresholds.
-// cuda/tagc.cuh launches them as kernels; tests/tagc/parallel_test.cpp runs them as loops.
+// the order of tagc/memory.hpp gives the host codec's bytes, residuals and thresholds.
+// cuda/tagc.cuh launches them as kernels; tests/tagc/flow_test.cpp runs them as loops.
 //
 // Functors are trivially copyable values (kernel arguments) with a GRADCOMP_HD call operator:
 // `map` steps return nothing; `count` steps return a tally {segment, value} that the executor
@@ -14,7 +14,7 @@
 // i shard_size + 32 w + t; the items (the union's positions) are numbered in that order, which
 // is ascending element order, and the cells of shard i are [i r B, (i + 1) r B): the W shards'
 // sketches are disjoint hypergraphs peeled together.
-// This header holds the shared records and phase 0; parallel_sketch.hpp holds receive(0),
+// This header holds the shared records and phase 0; sketch_steps.hpp holds receive(0),
 // phase 1 and the receive of the sketch.
 
 #include <cstddef>
@@ -24,7 +24,7 @@
 #include "../core/philox.hpp"
 #include "../feedback/residual.hpp"
 #include "../sketch/bitmap.hpp"
-#include "../sketch/parallel.hpp"
+#include "../sketch/steps.hpp"
 #include "../sparsify/threshold_search.hpp"
 #include "config.hpp"
 #include "rules.hpp"

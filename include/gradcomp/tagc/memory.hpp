@@ -1,5 +1,5 @@
 #pragma once
-// The memory of the data-parallel TAGC form (tagc/parallel_runner.hpp runs it): every size a
+// The memory of the per-thread TAGC form (tagc/flow.hpp runs it): every size a
 // rank's buffers need (sizes_for), the carving of the caller's state and workspace memory into
 // the steps' arrays, the rank's device_state and the per-shard plan that make_state uploads.
 
@@ -8,7 +8,7 @@
 #include <span>
 #include <vector>
 
-#include "parallel_sketch.hpp"
+#include "sketch_steps.hpp"
 #include "state.hpp"
 
 namespace gradcomp::tagc {

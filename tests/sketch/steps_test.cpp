@@ -1,8 +1,8 @@
-// The data-parallel formulation (sketch/parallel.hpp) run as plain loops, one "thread" after
+// The per-thread formulation (sketch/steps.hpp) run as plain loops, one "thread" after
 // another and one "kernel" after another, as cuda/sketch.cuh launches it: the same bits as the
 // host encode, decode and structural peel, for every block size, density, sketch size and
 // round bound, NaN and infinity included.
-#include <gradcomp/sketch/parallel.hpp>
+#include <gradcomp/sketch/steps.hpp>
 
 #include <doctest/doctest.h>
 
@@ -51,7 +51,7 @@ layout build(const gs::geometry& g, const std::vector<std::uint32_t>& bm, std::s
   return l;
 }
 
-std::vector<float> parallel_encode(const gs::geometry& g, const layout& l, const std::vector<float>& x) {
+std::vector<float> steps_encode(const gs::geometry& g, const layout& l, const std::vector<float>& x) {
   std::vector<float> cells(g.cells());
   for (std::uint32_t c = 0; c < g.cells(); ++c)
     cells[c] = gp::encode_cell(c, l.start.data(), l.sorted_val.data(), l.elem.data(), l.info.data(), x.data());
@@ -65,7 +65,7 @@ struct peeled_result {
 };
 
 // cells empty: the structural peel.
-peeled_result parallel_peel(const gs::geometry& g, const layout& l, const std::vector<std::uint32_t>& bm,
+peeled_result steps_peel(const gs::geometry& g, const layout& l, const std::vector<std::uint32_t>& bm,
                             const std::vector<float>& cells, std::uint32_t max_rounds, bool median) {
   const bool values = !cells.empty();
   std::vector<std::uint32_t> live(g.cells()), peeled_in(l.elem.size(), 0);
@@ -100,7 +100,7 @@ bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
 
 }  // namespace
 
-TEST_CASE("sketch parallel: the per-thread steps give the host's encode, decode and structural peel, bit for bit") {
+TEST_CASE("sketch steps: the per-thread steps give the host's encode, decode and structural peel, bit for bit") {
   std::uint64_t seed = 1;
   for (std::size_t count : {std::size_t{1}, std::size_t{999}, std::size_t{20011}})
     for (std::uint32_t block : {1u, 4u, 16u, 64u})
@@ -115,7 +115,7 @@ TEST_CASE("sketch parallel: the per-thread steps give the host's encode, decode 
           const layout l = build(g, bm, seed % 3 == 0 ? 0 : 7);
           const auto x = wide_values(count, seed);
           // Encode: fp32 cells and their bf16 rounding.
-          const auto cells = parallel_encode(g, l, x);
+          const auto cells = steps_encode(g, l, x);
           CHECK(same_bits(cells, encode_all<float>(g, x, bm)));
           const auto bf = encode_all<bf16_t>(g, x, bm);
           std::size_t bf_differ = 0;
@@ -132,7 +132,7 @@ TEST_CASE("sketch parallel: the per-thread steps give the host's encode, decode 
               std::vector<std::uint32_t> bits(bm.size(), 0xffu);
               const auto st = gs::decode<float>(g, bm, summed, ws, out, {fb, bits, bound});
               REQUIRE(st.ok());
-              const auto par = parallel_peel(g, l, bm, summed, bound == 0 ? 0xffffffffu : bound, fb == gs::fallback::median);
+              const auto par = steps_peel(g, l, bm, summed, bound == 0 ? 0xffffffffu : bound, fb == gs::fallback::median);
               CHECK(same_bits(par.out, out));
               CHECK(par.bits == bits);
               CHECK(par.stats.items == st->items);
@@ -143,7 +143,7 @@ TEST_CASE("sketch parallel: the per-thread steps give the host's encode, decode 
             std::vector<std::uint32_t> peelable(bm.size());
             const auto sp = gs::structural_peel(g, bm, ws, peelable, bound);
             REQUIRE(sp.ok());
-            const auto par = parallel_peel(g, l, bm, {}, bound == 0 ? 0xffffffffu : bound, false);
+            const auto par = steps_peel(g, l, bm, {}, bound == 0 ? 0xffffffffu : bound, false);
             CHECK(par.bits == peelable);
             CHECK(par.stats.peeled == sp->peeled);
             CHECK(par.stats.rounds == sp->rounds);
@@ -151,7 +151,7 @@ TEST_CASE("sketch parallel: the per-thread steps give the host's encode, decode 
         }
 }
 
-TEST_CASE("sketch parallel: a bounded number of rounds leaves the later items unpeeled, on both forms") {
+TEST_CASE("sketch steps: a bounded number of rounds leaves the later items unpeeled, on both forms") {
   const std::size_t count = 50000;
   const auto bm = random_bitmap(count, 0.05, 77);
   const auto g = geometry_for(count, 16, bm, 1.3);
@@ -167,7 +167,7 @@ TEST_CASE("sketch parallel: a bounded number of rounds leaves the later items un
   for (std::size_t w = 0; w < bm.size(); ++w) CHECK((two[w] & ~all[w]) == 0u);  // a prefix of the schedule
 }
 
-TEST_CASE("sketch parallel: the threshold bitmap word") {
+TEST_CASE("sketch steps: the threshold bitmap word") {
   const std::vector<float> x{0.5f, -0.25f, 1.0f, -1.0f, 0.0f, std::numeric_limits<float>::quiet_NaN(), -0.5f};
   const gp::abs_at_least keep{x.data(), abs_key(0.5f)};
   CHECK(gs::bitmap_word(keep, 0, x.size()) == 0b1101101u);  // NaN sorts above every number
