@@ -1,5 +1,5 @@
 // The per-thread formulation (sketch/steps.hpp) run as plain loops, one "thread" after
-// another and one "kernel" after another, as cuda/sketch.cuh launches it: the same bits as the
+// another and one "kernel" after another, as cuda/tagc.cuh launches it: the same bits as the
 // host encode, decode and structural peel, for every block size, density, sketch size and
 // round bound, NaN and infinity included.
 #include <gradcomp/sketch/steps.hpp>

@@ -2,7 +2,7 @@
 // The count sketch's encode and peel as per-thread steps: each function below is the work
 // of one GPU thread (one bitmap word, one sort slot, one cell or one item), and running the
 // steps in order gives the same bits as the host functions encode(), decode() and
-// structural_peel() (count_sketch.hpp, peel.hpp). cuda/sketch.cuh launches them as kernels;
+// structural_peel() (count_sketch.hpp, peel.hpp). cuda/tagc.cuh launches them as kernels;
 // tests/sketch/steps_test.cpp runs them as plain loops and compares with the host.
 //
 // A region of `count` elements, its bitmap of `items` set bits, a geometry of cells = r B

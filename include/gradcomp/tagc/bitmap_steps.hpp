@@ -1,7 +1,7 @@
 #pragma once
 // TAGC's codec (gradcomp/tagc.hpp) as per-thread steps: each functor below is the work of one
 // GPU thread (an element, a bitmap word, a shard, a cell, an item), and running the steps in
-// the order of tagc/memory.hpp gives the host codec's bytes, residuals and thresholds.
+// the order of tagc/flow.hpp gives the host codec's bytes, residuals and thresholds.
 // cuda/tagc.cuh launches them as kernels; tests/tagc/flow_test.cpp runs them as loops.
 //
 // Functors are trivially copyable values (kernel arguments) with a GRADCOMP_HD call operator:
