@@ -18,7 +18,7 @@
 // for threshold's most kept values (ceil(max_ratio k)); a fixed-size slot or an equal-size
 // all-gather moves that many bytes whatever the step keeps.
 //
-// Two layouts of the same 124,439,808 fp32 gradients (transformer::gpt2_layout(gpt2_small)):
+// Two layouts of the same 124,439,808 fp32 gradients (model::gpt2_layout(gpt2_small)):
 //   flat        one buffer of every parameter (FSDP's flat parameter, one DDP bucket)
 //   per_tensor  each of the 148 tensors compressed (and sharded) on its own, bytes summed
 // The codecs are the Python package's registered ones (python/src/registry_*.cpp), with their
@@ -43,7 +43,7 @@
 #include <vector>
 
 #include <gradcomp/gradcomp.hpp>
-#include <gradcomp/transformer/models.hpp>
+#include <gradcomp/model/published.hpp>
 
 namespace {
 
@@ -270,7 +270,7 @@ int main(int argc, char** argv) {
     }
   }
 
-  const gc::layout model = gc::transformer::gpt2_layout(gc::transformer::gpt2_small);
+  const gc::layout model = gc::model::gpt2_layout(gc::model::gpt2_small);
   std::vector<std::size_t> tensors;
   for (const auto& t : model.tensors()) tensors.push_back(t.elements());
   const std::size_t n = model.extent();
@@ -316,7 +316,7 @@ int main(int argc, char** argv) {
   }
 
   std::ostringstream js;
-  js << "{\n  \"model\": \"GPT-2 small: transformer::gpt2_layout(gpt2_small), fp32 gradients\",\n";
+  js << "{\n  \"model\": \"GPT-2 small: model::gpt2_layout(gpt2_small), fp32 gradients\",\n";
   js << "  \"elements\": " << n << ",\n  \"tensors\": " << tensors.size() << ",\n";
   js << "  \"gradient_type\": \"f32\",\n  \"frame_header_bytes\": " << gc::frame::header_bytes
      << ",\n  \"slot_head_bytes\": " << gc::sharded::slot_head_bytes << ",\n";

@@ -156,7 +156,7 @@ def section(d, host):
     out = [BEGIN, "## Bytes per rank against the world size", ""]
     out += [
         f"What one rank sends per step for GPT-2 small's gradient ({n:,} fp32 values, "
-        f"`transformer::gpt2_layout(gpt2_small)`), every size read from the library by "
+        f"`model::gpt2_layout(gpt2_small)`), every size read from the library by "
         "`benchmarks/sharded_bytes.cpp`: the gather path's ring all-gather of the payload, "
         "(W - 1) P(n) with P = `max_payload_bytes<float>`; the sharded all-reduce, (W - 1) (S0 + S1) "
         "with S0, S1 = `sharded::codec::describe(0 / 1).slot_bytes`; the summable all-reduce, a ring "

@@ -1,6 +1,6 @@
 #pragma once
 // Bytes on the wire and error of one reduce-scatter step of a GPT-2 small gradient (124,439,808
-// parameters, flat, in named_parameters() order, transformer::gpt2_layout) over W simulated ranks, for the baselines and
+// parameters, flat, in named_parameters() order, model::gpt2_layout) over W simulated ranks, for the baselines and
 // the TAGC codec (docs/tagc.md, "Measured"). Used by sketch_bench.cpp (rows tagc_wire/...).
 //
 // Gradients: rank r's g_r[j] = s_t h_j (a_j + 0.7 b_rj): a, b standard normal-ish (sums of four
@@ -15,9 +15,9 @@
 #include <gradcomp/core/murmur3.hpp>
 #include <gradcomp/core/numeric.hpp>
 #include <gradcomp/tagc.hpp>
-#include <gradcomp/transformer/models.hpp>
-#include <gradcomp/transformer/split.hpp>
-#include <gradcomp/transformer/tagc.hpp>
+#include <gradcomp/model/published.hpp>
+#include <gradcomp/model/split.hpp>
+#include <gradcomp/model/tagc.hpp>
 
 #include <cmath>
 #include <cstddef>
@@ -37,11 +37,11 @@ struct tensor_span {
   float scale;
 };
 
-// GPT-2 small (transformer/models.hpp: 12 layers, d 768, vocab 50257, context 1024, the LM
+// GPT-2 small (model/published.hpp: 12 layers, d 768, vocab 50257, context 1024, the LM
 // head tied to wte), each tensor with the gradient scale the demo gives it (deeper layers and
 // the MLP larger, norms and biases small).
 inline std::vector<tensor_span> gpt2_small() {
-  const gc::layout l = gc::transformer::gpt2_layout(gc::transformer::gpt2_small);
+  const gc::layout l = gc::model::gpt2_layout(gc::model::gpt2_small);
   std::vector<tensor_span> t;
   for (const gc::tensor_desc& d : l.tensors()) {
     const std::string& name = d.name;
@@ -198,12 +198,12 @@ inline figures tagc_step(const world& w, const gt::config& cfg) {
   return f;
 }
 
-// TAGC's routing on the summable path (transformer::split with tagc_routing()): the codec over
+// TAGC's routing on the summable path (model::split with tagc_routing()): the codec over
 // the MLP, embeddings and LM head, the other tensors reduce-scattered as bf16, tensors under
 // 64 Ki elements as fp32. Peeled, cells per item: the sketch part's; union: of the whole buffer.
 inline figures routed_step(const world& w, const gt::config& cfg) {
-  namespace tf = gc::transformer;
-  const tf::split sp(tf::gpt2_layout(tf::gpt2_small), tf::tagc_routing());
+  namespace gm = gc::model;
+  const gm::split sp(gm::gpt2_layout(gm::gpt2_small), gm::tagc_routing());
   const std::size_t n = w.sum.size();
   if (sp.get_layout().extent() != n) return {};
   figures total;

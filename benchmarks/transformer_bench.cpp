@@ -31,16 +31,16 @@
 #include <utility>
 #include <vector>
 
-#include <gradcomp/transformer.hpp>
+#include <gradcomp/model.hpp>
 
 namespace {
 
 using clock_type = std::chrono::steady_clock;
 namespace gc = gradcomp;
-namespace tf = gradcomp::transformer;
+namespace gm = gradcomp::model;
 
 constexpr std::size_t tokens = 2048, hidden = 4096, n = tokens * hidden;
-using H = tf::acctfm<4>;
+using H = gm::acctfm<4>;
 
 double seconds_since(clock_type::time_point t0) { return std::chrono::duration<double>(clock_type::now() - t0).count(); }
 
@@ -67,7 +67,7 @@ const std::vector<float>& activation(std::uint32_t seed = 1) {
 }
 
 const H& hybrid() {
-  static const H h(tf::acctfm_config<4>(hidden, 1.0 / 8, 256));
+  static const H h(gm::acctfm_config<4>(hidden, 1.0 / 8, 256));
   return h;
 }
 
@@ -145,23 +145,23 @@ void BM_acctfm_accumulate(benchmark::State& st, std::size_t ranks) {
   bool ok = true;
   measure(st, static_cast<double>(gathered.size()) + static_cast<double>(ranks) * 8.0 * kept,
           static_cast<double>(gathered.size()) / static_cast<double>(ranks), [&] {
-            ok &= tf::accumulate_gathered<H, float>(hybrid(), gathered, 0, sum).ok();
+            ok &= gm::accumulate_gathered<H, float>(hybrid(), gathered, 0, sum).ok();
             benchmark::DoNotOptimize(sum.data());
           });
   if (!ok) st.SkipWithError("accumulate failed");
 }
 
 void BM_planner_48_layers(benchmark::State& st, bool distinct) {
-  std::vector<tf::layer_problem> layers(48, tf::layer_problem{8192 * 4096, 4096, 2e-3, 10e-6, 2});
+  std::vector<gm::layer_problem> layers(48, gm::layer_problem{8192 * 4096, 4096, 2e-3, 10e-6, 2});
   if (distinct)
     for (std::size_t i = 0; i < layers.size(); ++i) layers[i].compute_s *= 1.0 + 0.01 * static_cast<double>(i);
-  tf::planner_options o;
-  o.net = tf::network::gbit(10);
-  o.compressed = {0.4, 88, 2e9, 4e9, 5e-6, tf::collective::all_gather};
+  gm::planner_options o;
+  o.net = gm::network::gbit(10);
+  o.compressed = {0.4, 88, 2e9, 4e9, 5e-6, gm::collective::all_gather};
   std::vector<double> times;
   for (auto _ : st) {
     const auto t0 = clock_type::now();
-    auto plans = tf::plan_model(layers, o);
+    auto plans = gm::plan_model(layers, o);
     benchmark::DoNotOptimize(plans.data());
     const double t = seconds_since(t0);
     st.SetIterationTime(t);

@@ -99,12 +99,13 @@ TEST_CASE("momentum and thresholds are checkpointed: DGC restarts bit for bit") 
   for (std::uint32_t s = 4; s < 8; ++s) CHECK(run(st, s) == run(restored, s));
 }
 
-TEST_CASE("version 1 checkpoints (residual only) still load") {
+TEST_CASE("checkpoints of versions 1 and 2 (before the envelope) are refused as unsupported_version") {
   C comp({.sparsify = {.density = 0.1}});
   auto st = comp.make_state(50);
   (void)step(comp, st, 3);
+  // Version 1: magic | version | 0 | codec_id | 0 | size | step | residual count | residual | CRC.
   std::vector<std::byte> v1(40 + 4 * 50 + 4);
-  store_le<std::uint32_t>(v1.data(), checkpoint::magic);
+  store_le<std::uint32_t>(v1.data(), checkpoint::kind.magic);
   store_le<std::uint16_t>(v1.data() + 4, 1);
   store_le<std::uint32_t>(v1.data() + 8, comp.codec_id());
   store_le<std::uint64_t>(v1.data() + 16, 50);
@@ -112,8 +113,17 @@ TEST_CASE("version 1 checkpoints (residual only) still load") {
   store_le<std::uint64_t>(v1.data() + 32, 50);
   std::memcpy(v1.data() + 40, st.residual.data(), 200);
   store_le<std::uint32_t>(v1.data() + 240, crc32c(std::span<const std::byte>(v1.data(), 240)));
-  auto restored = comp.make_state(50);
-  REQUIRE(load_checkpoint(v1, comp.codec_id(), restored).ok());
-  CHECK(restored.residual == st.residual);
-  CHECK(restored.step == st.step);
+  // Version 2: the same with momentum and threshold counts (both 0) at 40 and 48.
+  std::vector<std::byte> v2(56 + 4 * 50 + 4);
+  std::memcpy(v2.data(), v1.data(), 40);
+  store_le<std::uint16_t>(v2.data() + 4, 2);
+  std::memcpy(v2.data() + 56, st.residual.data(), 200);
+  store_le<std::uint32_t>(v2.data() + 256, crc32c(std::span<const std::byte>(v2.data(), 256)));
+  auto target = comp.make_state(50);
+  for (const auto* old : {&v1, &v2}) {
+    const status s = load_checkpoint(*old, comp.codec_id(), target);
+    CHECK(s == errc::unsupported_version);
+    CHECK(target.step == 0);
+    CHECK(target.residual == std::vector<float>(50, 0.0f));
+  }
 }

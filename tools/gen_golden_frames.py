@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
-"""Golden frames of the sparse frame kinds, written from docs/wire-format.md alone (no
-gradcomp code): CRC32C, Philox4x32-10, the random-k permutation and the frame layout are
-re-implemented here. Prints C++ initializer lists for tests/core/frame_test.cpp."""
+"""Golden frames of the sparse frame kinds and golden checkpoints, written from
+docs/wire-format.md alone (no gradcomp code): CRC32C, Philox4x32-10, the random-k permutation,
+the frame layout and the checkpoint envelope are re-implemented here. Prints C++ initializer
+lists for tests/core/sparse_frames_test.cpp and tests/core/envelope_test.cpp."""
 import struct
 
 def crc32c(data, crc=0):
@@ -89,3 +90,18 @@ y = [1, -5, 2, 0, 0, 0, 3, -3, -1, 1]
 show('row_topk_none', frame(0x05010000, 3, 10, 3, bitmap([1, 6, 8], 10), b''.join(struct.pack('<f', y[i]) for i in [1, 6, 8])))
 # threshold at density 1 + bf16 over the small input: everything, as a bitmap
 show('threshold_bf16_all', frame(0x03020000, 3, 5, 5, bitmap(range(5), 5), b''.join(struct.pack('<H', bf16(v)) for v in small)))
+
+def envelope(magic, version, payload):
+    head = magic + struct.pack('<HHQ', version, 0, len(payload))
+    return head + payload + struct.pack('<I', crc32c(head + payload))
+
+def f32s(v):
+    return b''.join(struct.pack('<f', x) for x in v)
+
+# Checkpoint version 3 of a top-k + bf16 state (codec 0x02020000): size 3, step 5, residual only.
+res = [1.0, -2.0, 0.5]
+show('checkpoint_v3', envelope(b'GCST', 3, struct.pack('<QQQQQI', 3, 5, 3, 0, 0, 0x02020000) + f32s(res)))
+# TAGC checkpoint version 2 of rank 1 of 2 (default config: codec 0xab5484f6, fingerprint
+# 0x1658b0f9): size 3, step 4, key 0x01020304, thresholds [0.25, 0], the same residual.
+show('tagc_checkpoint_v2', envelope(b'GCTC', 2, struct.pack('<IIQIIQIIQ', 0xab5484f6, 0x1658b0f9, 3, 2, 1, 4, 0x01020304, 2, 3)
+                                     + f32s([0.25, 0.0]) + f32s(res)))

@@ -1,5 +1,5 @@
 """The tensor-parallel benchmark's table and plot from run.py's results:
-the table between the markers in docs/transformers.md, the plot docs/tp-bandwidth.png.
+the table between the markers in docs/model.md, the plot docs/tp-bandwidth.png.
 
     .venv/bin/python benchmarks/tp/report.py [results.json]
 """
@@ -10,7 +10,7 @@ import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.join(HERE, "..", "..")
-DOC = os.path.join(ROOT, "docs", "transformers.md")
+DOC = os.path.join(ROOT, "docs", "model.md")
 BEGIN, END = "<!-- tp-table begin -->", "<!-- tp-table end -->"
 WARMUP = 4  # timed steps left out (allocations, slot sizes, first plans)
 

@@ -1,7 +1,7 @@
 """Tensor-parallel benchmark: gradcomp.tp.GPT trained under limited links, per exchange.
 
     sudo .venv/bin/python benchmarks/tp/run.py          # about 10 minutes on 2 cores
-    .venv/bin/python benchmarks/tp/report.py            # table -> docs/transformers.md, plot -> docs/
+    .venv/bin/python benchmarks/tp/report.py            # table -> docs/model.md, plot -> docs/
 
 1. Loss curves: every exchange trains the benchmark model (rank.py: 2 blocks, d 256, 8 heads,
    512 token rows per step) for --curve-steps steps on loopback; the runs are deterministic,

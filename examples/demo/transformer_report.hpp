@@ -8,7 +8,7 @@
 // AccTFM hybrid's throughput measured here (CPU backend).
 
 #include <gradcomp/gradcomp.hpp>
-#include <gradcomp/transformer.hpp>
+#include <gradcomp/model.hpp>
 
 #include <array>
 #include <cmath>
@@ -21,7 +21,7 @@
 namespace transformer_report {
 
 namespace gc = gradcomp;
-namespace tf = gradcomp::transformer;
+namespace gm = gradcomp::model;
 
 // Fixed-seed heavy-tailed values (normal x exp(normal)), scaled per role.
 inline void fill(const gc::layout& l, const std::vector<gc::role>& roles, std::vector<float>& g) {
@@ -49,11 +49,11 @@ inline std::string shape_of(const gc::tensor_desc& t) {
 }
 
 inline void routing_section() {
-  using R = tf::tagc_router<>;
-  tf::sketch_stand_in::config sketch;
+  using R = gm::tagc_router<>;
+  gm::sketch_stand_in::config sketch;
   sketch.sparsify.density = 0.01;
-  const R r(tf::gpt2_layout(tf::gpt2_small), tf::tagc_routing(),
-            {tf::sketch_stand_in(sketch), tf::bf16_cast(), tf::fp32_plain()});
+  const R r(gm::gpt2_layout(gm::gpt2_small), gm::tagc_routing(),
+            {gm::sketch_stand_in(sketch), gm::bf16_cast(), gm::fp32_plain()});
   const gc::layout& l = r.get_layout();
   std::vector<gc::role> roles(l.size());
   for (std::size_t t = 0; t < l.size(); ++t) roles[t] = r.role_of(t);
@@ -61,7 +61,7 @@ inline void routing_section() {
   fill(l, roles, g);
   auto st = r.make_state();
   std::vector<std::byte> payload(r.max_payload_bytes<float>());
-  tf::telemetry tel;
+  gm::telemetry tel;
   const auto sent = r.compress<float>(g, st, payload, &tel);
   if (!sent) {
     std::printf("router: %s\n", sent.error().detail());
@@ -69,7 +69,7 @@ inline void routing_section() {
   }
   // Per tensor: bytes, and the squared error and norm summed over its chunks.
   std::vector<double> bytes(l.size()), e2(l.size()), g2(l.size()), seconds(l.size());
-  for (const tf::chunk_stats& c : tel.chunks) {
+  for (const gm::chunk_stats& c : tel.chunks) {
     bytes[c.tensor] += static_cast<double>(c.bytes);
     g2[c.tensor] += c.gradient_norm * c.gradient_norm;
     e2[c.tensor] += std::pow(c.rel_error * c.gradient_norm, 2);
@@ -106,7 +106,7 @@ inline void routing_section() {
   std::printf("  bytes: frames, headers included; ratio: fp32 bytes / bytes; rel. error: ||decoded - g|| / ||g|| of this\n"
               "  step (top-k's residual goes out in later steps); ms: compress time (telemetry, per chunk, summed).\n"
               "  The router is the gather path, so its sketch slot holds top-k; TAGC's count sketch over the same roles\n"
-              "  runs on the summable path (transformer::split + tagc::codec, docs/transformers.md).\n");
+              "  runs on the summable path (model::split + tagc::codec, docs/model.md).\n");
 }
 
 inline void planner_section() {
@@ -114,16 +114,16 @@ inline void planner_section() {
   // 768, all-reduced after a compute of 2 x tokens x 768 x 3072 x 2 / 2 FLOPs per rank at an
   // assumed 50 TFLOP/s (a GPU's; the codec speeds below are this CPU's).
   const std::size_t tokens = 8 * 1024, hidden = 768;
-  tf::layer_problem p{tokens * hidden, hidden, 2.0 * tokens * hidden * 3072 * 2 / 2 / 50e12, 10e-6, 2};
-  const tf::acctfm<4> h(tf::acctfm_config<4>(hidden, 1.0 / 8, 256));
+  gm::layer_problem p{tokens * hidden, hidden, 2.0 * tokens * hidden * 3072 * 2 / 2 / 50e12, 10e-6, 2};
+  const gm::acctfm<4> h(gm::acctfm_config<4>(hidden, 1.0 / 8, 256));
   std::vector<float> sample(256 * hidden);
   for (std::size_t j = 0; j < sample.size(); ++j) {
     const float x = static_cast<float>(j);
     sample[j] = std::sin(0.37f * x) * std::exp(std::cos(0.11f * x));
   }
-  const auto measured = tf::measure_path(h, sample, tf::collective::all_gather, 5);
+  const auto measured = gm::measure_path(h, sample, gm::collective::all_gather, 5);
   if (!measured) return;
-  tf::planner_options o;
+  gm::planner_options o;
   o.compressed = *measured;
   std::printf("\noverlap planner: one GPT-2 small layer, 2-way tensor parallel, %zu x %zu activations, compute %.2f ms\n",
               tokens, hidden, 1e3 * p.compute_s);
@@ -134,9 +134,9 @@ inline void planner_section() {
   std::printf("  %-9s %-10s %7s %-22s %10s %12s %12s %13s\n", "link", "choice", "chunks", "rows per chunk", "step ms",
               "bf16 ms", "hybrid ms", "no overlap ms");
   for (double gbit : {1.0, 10.0, 100.0}) {
-    o.net = tf::network::gbit(gbit, 5e-6);
-    const tf::plan pl = tf::plan_layer(p, o);
-    const double serial = tf::pipeline_seconds(p, o, pl.compress ? o.compressed : o.plain, std::vector<std::size_t>{p.elements});
+    o.net = gm::network::gbit(gbit, 5e-6);
+    const gm::plan pl = gm::plan_layer(p, o);
+    const double serial = gm::pipeline_seconds(p, o, pl.compress ? o.compressed : o.plain, std::vector<std::size_t>{p.elements});
     std::string rows = std::to_string(pl.sizes.front() / hidden);
     if (pl.chunks() > 1)
       rows += " .. " + std::to_string(pl.sizes[pl.chunks() / 2] / hidden) + " .. " +

@@ -22,7 +22,7 @@
 // peeled at least 99% of the union's items, and every sharded all-reduce sent at most 2/W of its
 // gather path's fixed-size payloads plus 128 bytes per slot (sharded.hpp).
 // --tagc-block B, --tagc-cells C: TAGC's sketch block and cells per kept item (default 1 and
-// 1.5: docs/integrations.md says why B = 1 for a model this small).
+// 1.5: docs/transports.md says why B = 1 for a model this small).
 // --only NAME runs fp32 and NAME; NAME may also be a diagnostic exchange that the default list
 // leaves out ("tagc-noef": TAGC with its residuals zeroed after every step; "topk-sh-own4%":
 // the sharded top-k whose owners keep 4% of their reduced shard).
@@ -59,7 +59,7 @@ using namespace mpi_example;
 
 struct options {
   int steps = 300, batch = 32, print_every = 1;
-  float lr = 0.3f, momentum = 0.0f;  // plain SGD: measured margins in docs/integrations.md
+  float lr = 0.3f, momentum = 0.0f;  // plain SGD: measured margins in docs/transports.md
   double check = -1.0;  // < 0: no check
   std::string only;
   unsigned tagc_block = 1;       // B of TAGC's sketch (the library's default)

@@ -21,7 +21,7 @@
 // Every call checks its stage, sizes and values before writing; on error nothing advances.
 // The phases have names (encode_bitmap, receive_bitmap, encode_sketch, receive_sketch,
 // finish_step: the calls of cuda::tagc::codec) and the summable phase interface's numbers
-// (encode(k), receive(k)). The checks are tagc/rules.hpp's, shared with the parallel form; the
+// (encode(k), receive(k)). The checks are tagc/rules.hpp's, shared with the per-thread form; the
 // kernels are the CPU executor's (cpu/tagc.hpp). This header is TAGC on the CPU: the
 // codec and the checkpoint calls that take it (the image: tagc/checkpoint.hpp).
 
@@ -32,8 +32,6 @@
 #include <span>
 #include <vector>
 
-#include "core/byteio.hpp"
-#include "core/crc32c.hpp"
 #include "cpu/tagc.hpp"
 #include "tagc/checkpoint.hpp"
 #include "tagc/rules.hpp"
@@ -191,21 +189,7 @@ inline result<std::size_t> save_checkpoint(const codec& c, const state& s, std::
   if (status v = c.validate(); !v) return v;
   const std::size_t bytes = checkpoint_bytes(s);
   if (out.size() < bytes) return status{errc::buffer_too_small, "checkpoint buffer smaller than checkpoint_bytes()"};
-  std::byte* p = out.data();
-  store_checkpoint_head(p, checkpoint::magic, checkpoint::version, c.codec_id());
-  store_le<std::uint32_t>(p + 12, select_fingerprint(c.get_config()));
-  store_le<std::uint64_t>(p + 16, s.size);
-  store_le<std::uint32_t>(p + 24, s.world);
-  store_le<std::uint32_t>(p + 28, s.rank);
-  store_le<std::uint64_t>(p + 32, s.step);
-  store_le<std::uint32_t>(p + 40, s.key);
-  store_le<std::uint32_t>(p + 44, static_cast<std::uint32_t>(s.thresholds.size()));
-  store_le<std::uint64_t>(p + 48, s.residual.size());
-  std::byte* at = p + checkpoint::header_bytes;
-  if (!s.thresholds.empty()) std::memcpy(at, s.thresholds.data(), 4 * s.thresholds.size());
-  at += 4 * s.thresholds.size();
-  if (!s.residual.empty()) std::memcpy(at, s.residual.data(), 4 * s.residual.size());
-  store_le<std::uint32_t>(p + bytes - 4, crc32c(std::span<const std::byte>(p, bytes - 4)));
+  detail::write_checkpoint(s, c.codec_id(), select_fingerprint(c.get_config()), out.first(bytes));
   return bytes;
 }
 

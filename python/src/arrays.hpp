@@ -191,6 +191,6 @@ void bind_sharded(nb::module_& m);
 void bind_planner(nb::module_& m);
 void bind_localsteps(nb::module_& m);
 // A planner path as a dict (planner.cpp), for Compressor.measure_path.
-nb::dict wire_path_dict(const gc::transformer::wire_path& w);
+nb::dict wire_path_dict(const gc::model::wire_path& w);
 
 }  // namespace gradcomp_py

@@ -10,8 +10,8 @@
 #include <gradcomp/gradcomp.hpp>
 #include <gradcomp/localsteps/config.hpp>
 #include <gradcomp/sharded.hpp>
-#include <gradcomp/transformer/acctfm.hpp>
-#include <gradcomp/transformer/planner.hpp>
+#include <gradcomp/model/acctfm.hpp>
+#include <gradcomp/model/planner.hpp>
 
 #include <cstddef>
 #include <cstdint>
@@ -69,12 +69,12 @@ class codec {
   // Summable casts only: codes = encode(src * scale), and dst (+)= decode(codes).
   virtual void encode_cast(const float* src, void* codes, std::size_t n, float scale) const = 0;
   virtual void decode_cast(const void* codes, float* dst, std::size_t n, bool add) const = 0;
-  // out += every payload of an all-gather (gc::transformer::accumulate_gathered): back to back
+  // out += every payload of an all-gather (gc::model::accumulate_gathered): back to back
   // (slot_bytes 0) or one per slot of slot_bytes; all frames are checked before any is added.
   virtual void accumulate_gathered(std::span<const std::byte> gathered, std::size_t slot_bytes, void* out, std::size_t n,
                                    gc::dtype t) const = 0;
-  // The codec's wire_path measured on a float32 sample (gc::transformer::measure_path).
-  virtual gc::transformer::wire_path measure_path(std::span<const float> sample, gc::transformer::collective coll,
+  // The codec's wire_path measured on a float32 sample (gc::model::measure_path).
+  virtual gc::model::wire_path measure_path(std::span<const float> sample, gc::model::collective coll,
                                                   int repeats) const = 0;
   // This compressor as sharded::codec<C> in mode m (defined in sharded.hpp).
   virtual std::unique_ptr<sharded_codec> make_sharded(gc::sharded::mode m) const = 0;
@@ -216,14 +216,14 @@ class codec_impl final : public codec {
   void accumulate_gathered(std::span<const std::byte> gathered, std::size_t slot_bytes, void* out, std::size_t n,
                            gc::dtype t) const override {
     if (t == gc::dtype::f32)
-      check(gc::transformer::accumulate_gathered<C, float>(comp_, gathered, slot_bytes, std::span(static_cast<float*>(out), n)));
+      check(gc::model::accumulate_gathered<C, float>(comp_, gathered, slot_bytes, std::span(static_cast<float*>(out), n)));
     else
-      check(gc::transformer::accumulate_gathered<C, gc::bf16_t>(comp_, gathered, slot_bytes,
+      check(gc::model::accumulate_gathered<C, gc::bf16_t>(comp_, gathered, slot_bytes,
                                                                 std::span(static_cast<gc::bf16_t*>(out), n)));
   }
-  gc::transformer::wire_path measure_path(std::span<const float> sample, gc::transformer::collective coll,
+  gc::model::wire_path measure_path(std::span<const float> sample, gc::model::collective coll,
                                           int repeats) const override {
-    const auto w = gc::transformer::measure_path(comp_, sample, coll, repeats);
+    const auto w = gc::model::measure_path(comp_, sample, coll, repeats);
     if (!w) raise(w.error());
     return *w;
   }

@@ -81,7 +81,7 @@ constexpr auto codec_table() {
       row<Here, sparse, s::topk, q::none, on>("topk_fp32", "exact top-k (density), fp32 values"),
       row<Here, sparse, s::topk, q::int_block<8>, on>("topk_int8", "exact top-k (density), int8 values"),
       row<Here, sparse, s::threshold, q::bf16, on>("threshold", "sampled threshold (DGC or TAGC rule), bf16 values"),
-      // AccTFM's hybrid (gc::transformer::acctfm<4>): rows of `cols` values, whole rows per frame
+      // AccTFM's hybrid (gc::model::acctfm<4>): rows of `cols` values, whole rows per frame
       // (256 float32 rows unless chunk_bytes says otherwise), no error feedback.
       row<Here, sparse, s::row_topk, q::piecewise<4>, acctfm>(
           "acctfm", "AccTFM hybrid: token-level top-k (cols, density or k_per_row), piecewise 4-bit values"),

@@ -407,11 +407,11 @@ NB_MODULE(_core, m) {
          "        (``size_mismatch``); ``out`` is untouched then.")
       .def("measure_path", [](const codec_box& c, in_array sample, const std::string& coll, int repeats) {
         const auto x = float_span(sample, "sample");
-        gc::transformer::collective k{};
-        if (coll == "all_gather") k = gc::transformer::collective::all_gather;
-        else if (coll == "all_reduce") k = gc::transformer::collective::all_reduce;
+        gc::model::collective k{};
+        if (coll == "all_gather") k = gc::model::collective::all_gather;
+        else if (coll == "all_reduce") k = gc::model::collective::all_reduce;
         else throw nb::value_error("collective: 'all_gather' or 'all_reduce'");
-        gc::transformer::wire_path w;
+        gc::model::wire_path w;
         {
           nb::gil_scoped_release unlocked;
           w = c.impl->measure_path(x, k, repeats);

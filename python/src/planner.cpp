@@ -1,4 +1,4 @@
-// The overlap planner (gc::transformer::plan_layer, pipeline_seconds) on Python dicts: how to
+// The overlap planner (gc::model::plan_layer, pipeline_seconds) on Python dicts: how to
 // chunk a tensor-parallel layer's exchange and whether to compress it.
 
 #include <nanobind/stl/string.h>
@@ -12,16 +12,16 @@
 
 namespace gradcomp_py {
 
-namespace tf = gc::transformer;
+namespace gm = gc::model;
 
-nb::dict wire_path_dict(const tf::wire_path& w) {
+nb::dict wire_path_dict(const gm::wire_path& w) {
   nb::dict d;
   d["wire_bytes_per_element"] = w.wire_bytes_per_element;
   d["frame_bytes"] = w.frame_bytes;
   d["encode_elements_per_s"] = w.encode_elements_per_s;
   d["decode_elements_per_s"] = w.decode_elements_per_s;
   d["call_s"] = w.call_s;
-  d["collective"] = w.coll == tf::collective::all_gather ? "all_gather" : "all_reduce";
+  d["collective"] = w.coll == gm::collective::all_gather ? "all_gather" : "all_reduce";
   return d;
 }
 
@@ -37,8 +37,8 @@ double number(const nb::handle& v, const char* key) {
 
 // A wire_path from a dict with any of wire_path_dict's keys (the others keep their defaults:
 // bf16 all-reduced without codec cost).
-tf::wire_path wire_path_of(const nb::handle& h, const char* what) {
-  tf::wire_path w;
+gm::wire_path wire_path_of(const nb::handle& h, const char* what) {
+  gm::wire_path w;
   if (h.is_none()) return w;
   if (!nb::isinstance<nb::dict>(h)) throw nb::type_error((std::string(what) + ": a dict expected").c_str());
   for (auto [k, v] : nb::borrow<nb::dict>(h)) {
@@ -50,8 +50,8 @@ tf::wire_path wire_path_of(const nb::handle& h, const char* what) {
     else if (key == "call_s") w.call_s = number(v, "call_s");
     else if (key == "collective") {
       const std::string c = nb::cast<std::string>(v);
-      if (c == "all_gather") w.coll = tf::collective::all_gather;
-      else if (c == "all_reduce") w.coll = tf::collective::all_reduce;
+      if (c == "all_gather") w.coll = gm::collective::all_gather;
+      else if (c == "all_reduce") w.coll = gm::collective::all_reduce;
       else throw nb::value_error("collective: 'all_gather' or 'all_reduce'");
     } else {
       throw nb::value_error((std::string(what) + ": unknown key '" + key + "'").c_str());
@@ -63,8 +63,8 @@ tf::wire_path wire_path_of(const nb::handle& h, const char* what) {
 }
 
 struct problem_and_options {
-  tf::layer_problem p;
-  tf::planner_options o;
+  gm::layer_problem p;
+  gm::planner_options o;
 };
 
 problem_and_options read(std::size_t elements, std::size_t granule, double compute_s, std::size_t ranks,
@@ -95,10 +95,10 @@ void bind_planner(nb::module_& m) {
                          std::size_t max_chunks, bool codec_shares_compute) {
     const auto in = read(elements, granule, compute_s, ranks, latency_s, bytes_per_s, plain, compressed, chunk_overhead_s,
                          max_chunks, codec_shares_compute);
-    tf::plan r;
+    gm::plan r;
     {
       nb::gil_scoped_release unlocked;
-      r = tf::plan_layer(in.p, in.o);
+      r = gm::plan_layer(in.p, in.o);
     }
     nb::dict d;
     d["compress"] = r.compress;
@@ -115,7 +115,7 @@ void bind_planner(nb::module_& m) {
              "chunk_overhead_s: float = 0.0, max_chunks: int = 32, codec_shares_compute: bool = False) -> dict"),
      "AccTFM's partition search: how to chunk one layer's exchange, and whether to compress it.\n\n"
      "Chunks pass compute, encode, network and decode in order, each stage a resource serving chunks\n"
-     "in order; the plan minimises the last chunk's finish (docs/transformers.md gives the model).\n\n"
+     "in order; the plan minimises the last chunk's finish (docs/model.md gives the model).\n\n"
      "Args:\n"
      "    elements (int): elements the layer exchanges (tokens x hidden).\n"
      "    granule (int): chunk sizes are multiples of it (a token row: hidden).\n"
@@ -140,7 +140,7 @@ void bind_planner(nb::module_& m) {
     std::pair<double, std::vector<std::size_t>> r;
     {
       nb::gil_scoped_release unlocked;
-      r = tf::best_chunking(in.p, in.o, in.o.compressed);
+      r = gm::best_chunking(in.p, in.o, in.o.compressed);
     }
     nb::dict d;
     d["seconds"] = r.first;
@@ -163,7 +163,7 @@ void bind_planner(nb::module_& m) {
     for (const std::size_t s : sizes) elements += s;
     const auto in = read(elements, granule, compute_s, ranks, latency_s, bytes_per_s, nb::none(), path, chunk_overhead_s,
                          1, false);
-    return tf::pipeline_seconds(in.p, in.o, in.o.compressed, sizes);
+    return gm::pipeline_seconds(in.p, in.o, in.o.compressed, sizes);
   }, nb::arg("sizes"), nb::arg("granule"), nb::arg("compute_s"), nb::arg("ranks"), nb::arg("latency_s"),
      nb::arg("bytes_per_s"), nb::arg("path") = nb::none(), nb::arg("chunk_overhead_s") = 0.0,
      nb::sig("def pipeline_seconds(sizes: list[int], granule: int, compute_s: float, ranks: int, latency_s: float, "

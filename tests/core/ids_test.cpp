@@ -63,8 +63,8 @@ TEST_CASE("ids: record tags are their ASCII bytes") {
   CHECK(ids::tag::shard_slot == 0x4c534347u);
   CHECK(ids::tag::sharded_checkpoint == 0x48534347u);
   CHECK(frame::magic == ids::tag::frame);
-  CHECK(checkpoint::magic == ids::tag::checkpoint);
-  CHECK(tagc::checkpoint::magic == ids::tag::tagc_checkpoint);
+  CHECK(checkpoint::kind.magic == ids::tag::checkpoint);
+  CHECK(tagc::checkpoint::kind.magic == ids::tag::tagc_checkpoint);
 }
 
 }  // namespace

@@ -1,4 +1,4 @@
-// libFuzzer target: untrusted bytes through the transformer layer's decoders. Whatever the
+// libFuzzer target: untrusted bytes through the model layer's decoders (router, AccTFM). Whatever the
 // bytes, router decoding (whole payloads, one tensor's frames) and the AccTFM gathered
 // accumulate must return (no crash, hang, or out-of-bounds access under ASan/UBSan) and, on
 // error, leave the output exactly as it was.
@@ -9,7 +9,7 @@
 // size (x 64 bytes), the rest the payload.
 
 #include <gradcomp/gradcomp.hpp>
-#include <gradcomp/transformer.hpp>
+#include <gradcomp/model.hpp>
 
 #include <cstdint>
 #include <cstdlib>
@@ -19,26 +19,26 @@
 #include "reseal.hpp"
 
 using namespace gradcomp;
-namespace tf = gradcomp::transformer;
+namespace gm = gradcomp::model;
 
 namespace {
 
 // A GPT-2 shaped layout of one layer, d_model 16, vocab 32, context 8; frames of 64 floats.
-const tf::tagc_router<>& router() {
-  static const tf::tagc_router<> r = [] {
-    tf::sketch_stand_in::config sk;
+const gm::tagc_router<>& router() {
+  static const gm::tagc_router<> r = [] {
+    gm::sketch_stand_in::config sk;
     sk.partition.chunk_bytes = 256;
     sk.sparsify.density = 0.25;
-    tf::bf16_cast::config b;
+    gm::bf16_cast::config b;
     b.partition.chunk_bytes = 256;
-    return tf::tagc_router<>(tf::gpt2_layout({1, 16, 32, 8, true}), tf::tagc_routing(false, 64),
-                             {tf::sketch_stand_in(sk), tf::bf16_cast(b), tf::fp32_plain()});
+    return gm::tagc_router<>(gm::gpt2_layout({1, 16, 32, 8, true}), gm::tagc_routing(false, 64),
+                             {gm::sketch_stand_in(sk), gm::bf16_cast(b), gm::fp32_plain()});
   }();
   return r;
 }
 
-const tf::acctfm<4>& hybrid() {
-  static const tf::acctfm<4> h(tf::acctfm_config<4>(16, 0.25, 4, 0, 8));
+const gm::acctfm<4>& hybrid() {
+  static const gm::acctfm<4> h(gm::acctfm_config<4>(16, 0.25, 4, 0, 8));
   return h;
 }
 
@@ -76,7 +76,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     default: {
       out.assign(16 * 16, 1.0f);
       before = out;
-      check(tf::accumulate_gathered<tf::acctfm<4>, float>(hybrid(), payload, 64 * (std::size_t{arg} + 1), out).ok(), out,
+      check(gm::accumulate_gathered<gm::acctfm<4>, float>(hybrid(), payload, 64 * (std::size_t{arg} + 1), out).ok(), out,
             before);
       break;
     }

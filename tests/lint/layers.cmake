@@ -1,5 +1,5 @@
 # The layers: the backend-neutral folders (core/, engine/, sharded/, tagc/, summable/, sketch/,
-# the policies, transformer/, localsteps/, transform/) include no header of a backend (cpu/ or
+# the policies, model/, localsteps/, transform/) include no header of a backend (cpu/ or
 # cuda/) at all. The CPU public API headers at the top (compressor.hpp, gather.hpp, sharded.hpp,
 # tagc.hpp, localsteps.hpp) run a flow on the CPU
 # and reach the backend only through its executors (allowed below); every other cpu/ header is

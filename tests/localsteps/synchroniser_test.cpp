@@ -316,13 +316,16 @@ TEST_CASE("local steps: a checkpoint resumes byte for byte, and a damaged one is
     b.train(8, 0.01f);
     CHECK(a.params == b.params);
     CHECK(a.differing == 0);
-    // Damaged, truncated, or another rank's image: refused, the state unchanged.
+    // Damaged, truncated, of an older version, or another rank's image: refused, the state unchanged.
     replicas fresh(c, path, init, 2);
     const auto before = fresh.st[0].fragments[1].anchor;
     std::vector<std::byte> bad = images[0];
     bad[bad.size() / 2] ^= std::byte{4};
     CHECK(ls::load_checkpoint(fresh.sync, bad, fresh.st[0]).code() == errc::checksum_mismatch);
     CHECK(ls::load_checkpoint(fresh.sync, std::span(images[0]).first(20), fresh.st[0]).code() == errc::truncated);
+    std::vector<std::byte> old = images[0];
+    old[4] = std::byte{1};  // version 1, before the envelope
+    CHECK(ls::load_checkpoint(fresh.sync, old, fresh.st[0]).code() == errc::unsupported_version);
     CHECK(ls::load_checkpoint(fresh.sync, images[1], fresh.st[0]).code() == errc::size_mismatch);
     CHECK(fresh.st[0].step == 0);
     CHECK(fresh.st[0].fragments[1].anchor == before);

@@ -353,6 +353,9 @@ TEST_CASE("sharded: a checkpoint resumes byte for byte, an elastic restore keeps
   bytes bad = saved[2];
   bad[60] ^= std::byte{1};
   CHECK(sh::load_checkpoint(c, bad, b.st[2]) == errc::checksum_mismatch);
+  bytes v1 = saved[2];
+  v1[4] = std::byte{1};  // version 1, before the envelope
+  CHECK(sh::load_checkpoint(c, v1, b.st[2]) == errc::unsupported_version);
   CHECK(sh::load_checkpoint(c, saved[1], b.st[2]) == errc::size_mismatch);  // another rank's
   CHECK(sh::load_checkpoint(sh::codec<topk_exact>(comp), saved[2], b.st[2]) == errc::codec_mismatch);  // another mode
   // 4 -> 3 ranks: the owed sums carry over exactly.

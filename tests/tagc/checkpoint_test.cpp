@@ -107,10 +107,11 @@ TEST_CASE("tagc checkpoint: mismatched, corrupted and truncated images are refus
     std::memcpy(r.data() + r.size() - 4, &crc, 4);
     return r;
   };
-  refuse(c, resealed(4, 0x00010001u), target[1], errc::bad_header);  // reserved half-word not zero
-  refuse(c, resealed(24, 0), target[1], errc::bad_header);           // world 0
-  refuse(c, resealed(28, 2), target[1], errc::bad_header);           // rank >= world
-  refuse(c, resealed(24, 1), target[1], errc::bad_header);           // world differs from the threshold count
+  refuse(c, resealed(4, 0x00010002u), target[1], errc::bad_header);           // reserved half-word not zero
+  refuse(c, resealed(4, 0x00000001u), target[1], errc::unsupported_version);  // version 1: before the envelope
+  refuse(c, resealed(32, 0), target[1], errc::bad_header);                    // world 0
+  refuse(c, resealed(36, 2), target[1], errc::bad_header);                    // rank >= world
+  refuse(c, resealed(32, 1), target[1], errc::bad_header);                    // world differs from the threshold count
   refuse(c, img, target[0], errc::size_mismatch);  // another rank
   auto other_world = make_ranks(c, n, 3);
   refuse(c, img, other_world[1], errc::size_mismatch);

@@ -1,9 +1,9 @@
 #pragma once
-// The executor of tagc/parallel_runner.hpp as plain host loops, one "thread" after another and
+// The executor of tagc/flow.hpp as plain host loops, one "thread" after another and
 // one "kernel" after another, over host memory standing in for device memory: the GPU's
 // algorithm, step for step, checked against the host codec without a GPU.
 
-#include <gradcomp/tagc/parallel_runner.hpp>
+#include <gradcomp/tagc/flow.hpp>
 
 #include <doctest/doctest.h>
 
@@ -16,14 +16,14 @@
 
 namespace gradcomp::test::tagc {
 
-namespace tpar = gradcomp::tagc::detail;
+namespace td = gradcomp::tagc::detail;
 
 struct host_executor {
   std::uint64_t launches = 0;  // steps that ran (not skipped by their guard)
   std::uint64_t skipped = 0;
 
   template <class F>
-  void map(std::uint64_t n, const F& f, tpar::guard g) {
+  void map(std::uint64_t n, const F& f, td::guard g) {
     if (g.skip()) {
       ++skipped;
       return;
@@ -32,15 +32,15 @@ struct host_executor {
     for (std::uint64_t i = 0; i < n; ++i) f(i);
   }
   template <class F>
-  void count(std::uint64_t n, const F& f, tpar::counter* counters, tpar::guard g) {
+  void count(std::uint64_t n, const F& f, td::counter* counters, td::guard g) {
     if (g.skip()) {
       ++skipped;
       return;
     }
     ++launches;
     for (std::uint64_t i = 0; i < n; ++i) {
-      const tpar::tally t = f(i);
-      if (t.segment != tpar::no_segment) counters[t.segment] += t.value;
+      const td::tally t = f(i);
+      if (t.segment != td::no_segment) counters[t.segment] += t.value;
     }
   }
   // A radix sort looks at bits [0, bits) only and is stable.
@@ -79,7 +79,7 @@ struct host_executor {
     if (bytes > 0) std::memcpy(dst, src, bytes);
   }
   status outcome() const { return {}; }
-  static result<std::size_t> temp_bytes(const tpar::sizes&) { return std::size_t{0}; }
+  static result<std::size_t> temp_bytes(const td::sizes&) { return std::size_t{0}; }
 };
 
 // 256-byte aligned host memory, filled with a pattern (the GPU's memory is not zeroed either).
@@ -103,7 +103,7 @@ struct model_rank {
   gradcomp::tagc::device_state st;
 };
 
-inline std::vector<model_rank> make_model_ranks(const tpar::runner& dev, host_executor& ex, std::size_t n, std::uint32_t world) {
+inline std::vector<model_rank> make_model_ranks(const td::flow& dev, host_executor& ex, std::size_t n, std::uint32_t world) {
   std::vector<model_rank> ranks(world);
   for (std::uint32_t r = 0; r < world; ++r) {
     ranks[r].memory = aligned_bytes(*dev.state_bytes(n, world));

@@ -1,5 +1,5 @@
 #pragma once
-// The host codec and the parallel flow (tagc/parallel_runner.hpp, run by host_executor) on the
+// The host codec and the per-thread flow (tagc/flow.hpp, run by host_executor) on the
 // same W simulated ranks, compared after every call: phase bytes, union, r, residuals,
 // thresholds, decoded values, statistics.
 
@@ -50,10 +50,10 @@ inline std::vector<std::vector<float>> make_grads(grads kind, std::size_t n, std
   return g;
 }
 
-// The host codec and the parallel flow on the same ranks.
+// The host codec and the per-thread flow on the same ranks.
 struct twins {
   gt::codec host;
-  tpar::runner dev;
+  td::flow dev;
   host_executor ex;
   std::vector<gt::state> hs;
   std::vector<model_rank> ms;
@@ -75,10 +75,10 @@ struct twins {
   }
   // The model's selection records (its workspace is host memory).
   void note_exact(std::uint32_t r) {
-    const auto z = tpar::sizes_for(dev.get_config(), n(), world());
-    tpar::work_view w;
+    const auto z = td::sizes_for(dev.get_config(), n(), world());
+    td::work_view w;
     std::byte* t = nullptr;
-    tpar::carve_work(*z, dev.get_config().max_rounds, 0, ms[r].workspace.data(), w, t);
+    td::carve_work(*z, dev.get_config().max_rounds, 0, ms[r].workspace.data(), w, t);
     for (std::uint32_t i = 0; i < world(); ++i) exact_seen = exact_seen || w.sel[i].exact != 0;
   }
   void check_state(std::uint32_t r) {

@@ -28,14 +28,6 @@ GRADCOMP_HD inline T load_le(const std::byte* p) {
   return v;
 }
 
-// The first 12 bytes of a state checkpoint: its tag, format version, a zero u16 and the codec id.
-inline void store_checkpoint_head(std::byte* p, std::uint32_t tag, std::uint16_t version, std::uint32_t codec_id) {
-  store_le<std::uint32_t>(p, tag);
-  store_le<std::uint16_t>(p + 4, version);
-  store_le<std::uint16_t>(p + 6, 0);
-  store_le<std::uint32_t>(p + 8, codec_id);
-}
-
 GRADCOMP_HD constexpr std::size_t align8(std::size_t n) { return (n + 7u) & ~std::size_t{7}; }
 
 // Codes of `bits` bits (1..32) packed LSB first: code i occupies bits [i*bits, (i+1)*bits)

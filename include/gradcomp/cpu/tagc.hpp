@@ -2,9 +2,9 @@
 // The CPU executor of TAGC's phases (gradcomp/tagc.hpp runs them after its checks): one shard at
 // a time, on the calling thread, in the state's workspace. The threshold search is
 // cpu::detail::threshold_selector's (fused with x = g + e), the sketch and its peel are sketch/'s host
-// functions (a frontier peel, no per-round passes). The rules they share with the parallel
-// form (tagc/parallel*.hpp) are the functions of tagc/rules.hpp, sketch/ and
-// sparsify/threshold_search.hpp; tests/tagc/parallel_test.cpp holds the two to the same bytes.
+// functions (a frontier peel, no per-round passes). The rules they share with the per-thread
+// form (tagc/flow.hpp and its steps) are the functions of tagc/rules.hpp, sketch/ and
+// sparsify/threshold_search.hpp; tests/tagc/flow_test.cpp holds the two to the same bytes.
 
 #include <algorithm>
 #include <bit>

@@ -1,6 +1,6 @@
 #pragma once
 // TAGC-2 on the GPU: tagc::codec's phases with device buffers, the same bytes (docs/tagc.md,
-// "CUDA"). The flow is tagc/parallel_runner.hpp's, written once; this header supplies its
+// "CUDA"). The flow is tagc/flow.hpp's, written once; this header supplies its
 // executor: a grid-stride kernel per `map` step, a warp-aggregated counting kernel per `count`
 // step, CUB's radix sorts and scan.
 //
@@ -25,7 +25,7 @@
 #include <cstdint>
 #include <span>
 
-#include "../tagc/parallel_runner.hpp"
+#include "../tagc/flow.hpp"
 #include "common.cuh"
 
 #if defined(__CUDACC__)
@@ -41,7 +41,7 @@ using gradcomp::tagc::step_report;
 
 namespace detail {
 
-namespace steps = gradcomp::tagc::detail;  // the data-parallel flow this executor runs
+namespace steps = gradcomp::tagc::detail;  // the per-thread flow this executor runs
 
 using cuda::detail::threads;
 
@@ -77,7 +77,7 @@ __global__ void __launch_bounds__(threads) count_kernel(std::uint64_t n, F f, st
 
 inline unsigned blocks_for(std::uint64_t n) { return cuda::detail::grid_for((n + threads - 1) / threads); }
 
-// The executor of tagc/parallel_runner.hpp on one stream; remembers the first CUDA failure.
+// The executor of tagc/flow.hpp on one stream; remembers the first CUDA failure.
 class executor {
  public:
   explicit executor(cudaStream_t s) : s_(s) {}
@@ -212,7 +212,7 @@ class codec {
   }
 
  private:
-  gradcomp::tagc::detail::runner r_;
+  gradcomp::tagc::detail::flow r_;
 };
 
 }  // namespace gradcomp::cuda::tagc

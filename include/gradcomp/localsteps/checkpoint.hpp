@@ -5,12 +5,12 @@
 // Saved between exchanges (no phase in flight); restored into a state of the same synchroniser,
 // size, world and rank, the run continues byte for byte. On any error the state is left as it was.
 //
-// Layout (version 1): magic u32 "GCLS" | version u16 | 0 u16 | fragments u32 | world u32 | rank
-// u32 | 0 u32 | size u64 | step u64 | per fragment: syncs u64 | pending u64 (0 or 1) | anchor
+// The payload (version 2, in core/envelope.hpp's envelope "GCLS"): size u64 | step u64 |
+// fragments u32 | world u32 | rank u32 | per fragment: syncs u64 | pending u64 (0 or 1) | anchor
 // count u64 | momentum count u64 | path record bytes u64 | anchor f32 x count | momentum f32 x
-// count | mean f32 x anchor count when pending | path record | then CRC32C u32 of everything
-// before it. Path records: a compressor checkpoint (gather path), a sharded checkpoint (sharded
-// path), step u64 | residual count u64 | residual f32 x count (summable casts).
+// count | mean f32 x anchor count when pending | path record. Path records: a compressor
+// checkpoint (gather path), a sharded checkpoint (sharded path), step u64 | residual count u64 |
+// residual f32 x count (summable casts).
 
 #include <algorithm>
 #include <cstddef>
@@ -20,7 +20,7 @@
 #include <vector>
 
 #include "../core/byteio.hpp"
-#include "../core/crc32c.hpp"
+#include "../core/envelope.hpp"
 #include "../core/ids.hpp"
 #include "../gather.hpp"
 #include "../sharded.hpp"
@@ -78,9 +78,8 @@ status load_path_record(const P&, std::span<const std::byte> in, summable::rank_
 }  // namespace detail
 
 namespace checkpoint {
-inline constexpr std::uint32_t magic = ids::tag::localsteps_checkpoint;  // bytes "GCLS"
-inline constexpr std::uint16_t version = 1;
-inline constexpr std::size_t header_bytes = 40;
+inline constexpr envelope::kind kind{ids::tag::localsteps_checkpoint, 2};  // "GCLS", version 2
+inline constexpr std::size_t fields_bytes = 28;    // the payload before its fragments
 inline constexpr std::size_t fragment_bytes = 40;  // a fragment's fixed fields
 }  // namespace checkpoint
 
@@ -88,16 +87,9 @@ inline constexpr std::size_t fragment_bytes = 40;  // a fragment's fixed fields
 template <class Path>
 result<std::vector<std::byte>> save_checkpoint(const synchroniser<Path>& sync, const typename synchroniser<Path>::state_type& st) {
   if (st.fragments.size() != sync.get_config().fragments) return status{errc::size_mismatch, "local-steps state of another fragment count"};
-  std::vector<std::byte> out(checkpoint::header_bytes);
-  store_le<std::uint32_t>(out.data(), checkpoint::magic);
-  store_le<std::uint16_t>(out.data() + 4, checkpoint::version);
-  store_le<std::uint16_t>(out.data() + 6, 0);
-  store_le<std::uint32_t>(out.data() + 8, static_cast<std::uint32_t>(st.fragments.size()));
-  store_le<std::uint32_t>(out.data() + 12, st.world);
-  store_le<std::uint32_t>(out.data() + 16, st.rank);
-  store_le<std::uint32_t>(out.data() + 20, 0);
-  store_le<std::uint64_t>(out.data() + 24, st.size);
-  store_le<std::uint64_t>(out.data() + 32, st.step);
+  std::vector<std::byte> out(envelope::header_bytes + checkpoint::fields_bytes);
+  envelope::store_fields(out.data() + envelope::header_bytes, std::uint64_t{st.size}, st.step,
+                         static_cast<std::uint32_t>(st.fragments.size()), st.world, st.rank);
   const auto floats = [&out](const std::vector<float>& v) {
     const std::size_t at = out.size();
     out.resize(at + 4 * v.size());
@@ -108,19 +100,15 @@ result<std::vector<std::byte>> save_checkpoint(const synchroniser<Path>& sync, c
     const std::vector<std::byte> record = detail::path_record(sync.path(), fs.path);
     const std::size_t at = out.size();
     out.resize(at + checkpoint::fragment_bytes);
-    store_le<std::uint64_t>(out.data() + at, fs.syncs);
-    store_le<std::uint64_t>(out.data() + at + 8, fs.pending ? 1 : 0);
-    store_le<std::uint64_t>(out.data() + at + 16, fs.anchor.size());
-    store_le<std::uint64_t>(out.data() + at + 24, fs.momentum.size());
-    store_le<std::uint64_t>(out.data() + at + 32, record.size());
+    envelope::store_fields(out.data() + at, fs.syncs, std::uint64_t{fs.pending ? 1u : 0u}, std::uint64_t{fs.anchor.size()},
+                           std::uint64_t{fs.momentum.size()}, std::uint64_t{record.size()});
     floats(fs.anchor);
     floats(fs.momentum);
     if (fs.pending) floats(fs.values);
     out.insert(out.end(), record.begin(), record.end());
   }
-  const std::uint32_t crc = crc32c(out);
   out.resize(out.size() + 4);
-  store_le<std::uint32_t>(out.data() + out.size() - 4, crc);
+  envelope::seal(checkpoint::kind, out);
   return out;
 }
 
@@ -128,29 +116,27 @@ result<std::vector<std::byte>> save_checkpoint(const synchroniser<Path>& sync, c
 // rank. On error `st` is left as it was.
 template <class Path>
 status load_checkpoint(const synchroniser<Path>& sync, std::span<const std::byte> in, typename synchroniser<Path>::state_type& st) {
-  const std::byte* p = in.data();
-  if (in.size() < checkpoint::header_bytes + 4) return {errc::truncated, "local-steps checkpoint shorter than its header"};
-  if (load_le<std::uint32_t>(p) != checkpoint::magic) return {errc::bad_magic, "not a local-steps checkpoint"};
-  if (load_le<std::uint16_t>(p + 4) != checkpoint::version) return {errc::unsupported_version, "local-steps checkpoint version is not 1"};
-  if (load_le<std::uint16_t>(p + 6) != 0 || load_le<std::uint32_t>(p + 20) != 0) return {errc::bad_header, "reserved field is not zero"};
-  if (crc32c(in.first(in.size() - 4)) != load_le<std::uint32_t>(p + in.size() - 4))
-    return {errc::checksum_mismatch, "local-steps checkpoint CRC32C differs"};
-  if (load_le<std::uint32_t>(p + 8) != st.fragments.size() || load_le<std::uint32_t>(p + 12) != st.world ||
-      load_le<std::uint32_t>(p + 16) != st.rank || load_le<std::uint64_t>(p + 24) != st.size)
+  const result<std::span<const std::byte>> body = envelope::open(checkpoint::kind, in);
+  if (!body) return body.error();
+  const std::byte* p = body->data();
+  if (body->size() < checkpoint::fields_bytes) return {errc::truncated, "local-steps checkpoint payload shorter than its fields"};
+  std::uint64_t size = 0, step = 0;
+  std::uint32_t fragments = 0, world = 0, rank = 0;
+  envelope::load_fields(p, size, step, fragments, world, rank);
+  if (size != st.size || fragments != st.fragments.size() || world != st.world || rank != st.rank)
     return {errc::size_mismatch, "local-steps checkpoint of another size, fragment count, world or rank"};
   auto next = st;
-  next.step = load_le<std::uint64_t>(p + 32);
-  std::size_t at = checkpoint::header_bytes;
-  const std::size_t end = in.size() - 4;
+  next.step = step;
+  std::size_t at = checkpoint::fields_bytes;
+  const std::size_t end = body->size();
   const auto floats = [&](std::vector<float>& v) {
     std::memcpy(v.data(), p + at, 4 * v.size());
     at += 4 * v.size();
   };
   for (auto& fs : next.fragments) {
     if (end - at < checkpoint::fragment_bytes) return {errc::truncated, "local-steps checkpoint truncated"};
-    const std::uint64_t syncs = load_le<std::uint64_t>(p + at), pending = load_le<std::uint64_t>(p + at + 8);
-    const std::uint64_t anchor = load_le<std::uint64_t>(p + at + 16), momentum = load_le<std::uint64_t>(p + at + 24);
-    const std::uint64_t record = load_le<std::uint64_t>(p + at + 32);
+    std::uint64_t syncs = 0, pending = 0, anchor = 0, momentum = 0, record = 0;
+    envelope::load_fields(p + at, syncs, pending, anchor, momentum, record);
     at += checkpoint::fragment_bytes;
     if (pending > 1) return {errc::bad_header, "local-steps checkpoint: pending is not 0 or 1"};
     if (anchor != fs.anchor.size() || momentum != fs.momentum.size())
@@ -160,13 +146,13 @@ status load_checkpoint(const synchroniser<Path>& sync, std::span<const std::byte
     floats(fs.anchor);
     floats(fs.momentum);
     if (pending) floats(fs.values);
-    if (status s = detail::load_path_record(sync.path(), in.subspan(at, record), fs.path); !s) return s;
+    if (status s = detail::load_path_record(sync.path(), body->subspan(at, record), fs.path); !s) return s;
     at += record;
     fs.syncs = syncs;
     fs.pending = pending == 1;
     fs.phases_done = 0;
   }
-  if (at != end) return {errc::size_mismatch, "local-steps checkpoint has trailing bytes"};
+  if (at != end) return {errc::size_mismatch, "local-steps checkpoint payload longer than its fragments"};
   st = std::move(next);
   return {};
 }

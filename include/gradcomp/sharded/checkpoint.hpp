@@ -13,11 +13,10 @@
 //                                       its owner residual is the saved owners' residuals, laid
 //                                       end to end, over its new shard. Thresholds restart.
 //
-// Layout (version 1): magic u32 "GCSH" | version u16 | mode u8 | 0 u8 | sender codec id u32 |
-// owner codec id u32 | size u64 | step u64 | world u32 | rank u32 | then W + 1 records (the
+// The payload (version 2, in core/envelope.hpp's envelope "GCSH"): size u64 | step u64 | world
+// u32 | rank u32 | mode u32 | sender codec id u32 | owner codec id u32 | then W + 1 records (the
 // sender states of shards 0 .. W - 1, then the owner's), each a u64 byte count and a
-// compressor checkpoint (state.hpp; 0 bytes: no owner state in reduce-scatter mode) | CRC32C
-// u32 of everything before it.
+// compressor checkpoint (state.hpp; 0 bytes: no owner state in reduce-scatter mode).
 
 #include <algorithm>
 #include <cstddef>
@@ -26,7 +25,7 @@
 #include <vector>
 
 #include "../core/byteio.hpp"
-#include "../core/crc32c.hpp"
+#include "../core/envelope.hpp"
 #include "../core/ids.hpp"
 #include "../state.hpp"
 #include "state.hpp"
@@ -39,9 +38,8 @@ template <class C>
 class codec;
 
 namespace checkpoint {
-inline constexpr std::uint32_t magic = ids::tag::sharded_checkpoint;  // bytes "GCSH"
-inline constexpr std::uint16_t version = 1;
-inline constexpr std::size_t header_bytes = 48;
+inline constexpr envelope::kind kind{ids::tag::sharded_checkpoint, 2};  // "GCSH", version 2
+inline constexpr std::size_t fields_bytes = 36;  // the payload before its records
 }  // namespace checkpoint
 
 namespace detail {
@@ -53,47 +51,37 @@ bool has_owner(const codec<C>& c) {
 
 // A parsed image: header fields and the W + 1 records.
 struct image {
-  std::uint8_t mode = 0;
+  std::uint32_t mode = 0;
   std::uint32_t send_id = 0, owner_id = 0, world = 0, rank = 0;
   std::uint64_t size = 0, step = 0;
   std::vector<std::span<const std::byte>> records;
 };
 
 inline result<image> parse(std::span<const std::byte> in) {
-  const std::byte* p = in.data();
-  if (in.size() < checkpoint::header_bytes + 4) return status{errc::truncated, "sharded checkpoint shorter than its header"};
-  if (load_le<std::uint32_t>(p) != checkpoint::magic) return status{errc::bad_magic, "not a sharded checkpoint"};
-  if (load_le<std::uint16_t>(p + 4) != checkpoint::version) return status{errc::unsupported_version, "sharded checkpoint version is not 1"};
-  if (load_le<std::uint8_t>(p + 7) != 0 || load_le<std::uint64_t>(p + 40) != 0)
-    return status{errc::bad_header, "reserved sharded checkpoint field is not zero"};
-  if (crc32c(in.first(in.size() - 4)) != load_le<std::uint32_t>(p + in.size() - 4))
-    return status{errc::checksum_mismatch, "sharded checkpoint CRC32C differs"};
+  const result<std::span<const std::byte>> body = envelope::open(checkpoint::kind, in);
+  if (!body) return body.error();
+  const std::byte* p = body->data();
+  if (body->size() < checkpoint::fields_bytes) return status{errc::truncated, "sharded checkpoint payload shorter than its fields"};
   image v;
-  v.mode = load_le<std::uint8_t>(p + 6);
-  v.send_id = load_le<std::uint32_t>(p + 8);
-  v.owner_id = load_le<std::uint32_t>(p + 12);
-  v.size = load_le<std::uint64_t>(p + 16);
-  v.step = load_le<std::uint64_t>(p + 24);
-  v.world = load_le<std::uint32_t>(p + 32);
-  v.rank = load_le<std::uint32_t>(p + 36);
+  envelope::load_fields(p, v.size, v.step, v.world, v.rank, v.mode, v.send_id, v.owner_id);
   if (v.world == 0 || v.rank >= v.world) return status{errc::bad_header, "sharded checkpoint rank outside its world"};
-  std::size_t at = checkpoint::header_bytes;
-  const std::size_t end = in.size() - 4;
+  std::size_t at = checkpoint::fields_bytes;
+  const std::size_t end = body->size();
   for (std::uint64_t i = 0; i <= v.world; ++i) {
     if (end - at < 8) return status{errc::truncated, "sharded checkpoint records truncated"};
     const std::uint64_t bytes = load_le<std::uint64_t>(p + at);
     at += 8;
     if (bytes > end - at) return status{errc::truncated, "sharded checkpoint records truncated"};
-    v.records.push_back(in.subspan(at, bytes));
+    v.records.push_back(body->subspan(at, bytes));
     at += bytes;
   }
-  if (at != end) return status{errc::size_mismatch, "sharded checkpoint has trailing bytes"};
+  if (at != end) return status{errc::size_mismatch, "sharded checkpoint payload longer than its records"};
   return v;
 }
 
 template <class C>
 status check_owner(const codec<C>& c, const image& v) {
-  if (v.mode != static_cast<std::uint8_t>(c.get_mode()) || v.send_id != c.sender().codec_id() || v.owner_id != c.owner().codec_id())
+  if (v.mode != static_cast<std::uint32_t>(c.get_mode()) || v.send_id != c.sender().codec_id() || v.owner_id != c.owner().codec_id())
     return {errc::codec_mismatch, "sharded checkpoint made by another codec or mode"};
   return {};
 }
@@ -102,7 +90,7 @@ status check_owner(const codec<C>& c, const image& v) {
 
 template <class C>
 std::size_t checkpoint_bytes(const codec<C>& c, const typename codec<C>::state& st) {
-  std::size_t bytes = checkpoint::header_bytes + 4 + 8 * (st.send.size() + 1);
+  std::size_t bytes = envelope::overhead + checkpoint::fields_bytes + 8 * (st.send.size() + 1);
   for (const gradcomp::state& s : st.send) bytes += gradcomp::checkpoint_bytes(s);
   return bytes + (detail::has_owner(c) ? gradcomp::checkpoint_bytes(st.owner) : 0);
 }
@@ -110,31 +98,24 @@ std::size_t checkpoint_bytes(const codec<C>& c, const typename codec<C>::state& 
 template <class C>
 result<std::size_t> save_checkpoint(const codec<C>& c, const typename codec<C>::state& st, std::span<std::byte> out) {
   const bool owner = detail::has_owner(c);
-  if (out.size() < checkpoint_bytes(c, st)) return status{errc::buffer_too_small, "checkpoint buffer smaller than checkpoint_bytes()"};
-  std::byte* p = out.data();
-  store_le<std::uint32_t>(p, checkpoint::magic);
-  store_le<std::uint16_t>(p + 4, checkpoint::version);
-  store_le<std::uint8_t>(p + 6, static_cast<std::uint8_t>(c.get_mode()));
-  store_le<std::uint8_t>(p + 7, 0);
-  store_le<std::uint32_t>(p + 8, c.sender().codec_id());
-  store_le<std::uint32_t>(p + 12, c.owner().codec_id());
-  store_le<std::uint64_t>(p + 16, st.size);
-  store_le<std::uint64_t>(p + 24, st.step);
-  store_le<std::uint32_t>(p + 32, st.world);
-  store_le<std::uint32_t>(p + 36, st.rank);
-  store_le<std::uint64_t>(p + 40, 0);
-  std::size_t at = checkpoint::header_bytes;
+  const std::size_t bytes = checkpoint_bytes(c, st);
+  if (out.size() < bytes) return status{errc::buffer_too_small, "checkpoint buffer smaller than checkpoint_bytes()"};
+  const std::span<std::byte> image = out.first(bytes);
+  std::byte* p = envelope::payload_of(image).data();
+  envelope::store_fields(p, std::uint64_t{st.size}, st.step, st.world, st.rank, static_cast<std::uint32_t>(c.get_mode()),
+                         c.sender().codec_id(), c.owner().codec_id());
+  std::size_t at = checkpoint::fields_bytes;
   const auto put = [&](const gradcomp::state* s, std::uint32_t id) {
     const std::size_t n = s != nullptr ? gradcomp::checkpoint_bytes(*s) : 0;
     store_le<std::uint64_t>(p + at, n);
     at += 8;
-    if (s != nullptr) (void)gradcomp::save_checkpoint(*s, id, out.subspan(at, n));
+    if (s != nullptr) (void)gradcomp::save_checkpoint(*s, id, std::span(p + at, n));
     at += n;
   };
   for (const gradcomp::state& s : st.send) put(&s, c.sender().codec_id());
   put(owner ? &st.owner : nullptr, c.owner().codec_id());
-  store_le<std::uint32_t>(p + at, crc32c(out.first(at)));
-  return at + 4;
+  envelope::seal(checkpoint::kind, image);
+  return bytes;
 }
 
 // Restores `st` (from make_state of the same codec, size, world and rank); on error `st` is

@@ -5,7 +5,7 @@
 // is a GRADCOMP_HD function of this header. Two executors run it:
 //   - the CPU (cpu/threshold_select.hpp): one chunk at a time, passes fused with the caller's
 //     per-element work, the sample unsorted (a radix select finds its r-th largest key);
-//   - data-parallel steps (tagc/parallel.hpp: one GPU thread per element, per chunk): many
+//   - data-parallel steps (tagc/bitmap_steps.hpp: one GPU thread per element, per chunk): many
 //     chunks at once without asking the host, the sample sorted (an index and a binary search).
 // Both give the same kept set and the same next-step threshold for the same keys, (seed,
 // step, chunk) and previous threshold.

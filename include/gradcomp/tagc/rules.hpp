@@ -1,8 +1,8 @@
 #pragma once
-// What both TAGC codecs (the host's tagc::codec and the data-parallel one that cuda::tagc::codec
+// What both TAGC codecs (the host's tagc::codec and the per-thread one that cuda::tagc::codec
 // runs) decide the same way, written once: the call order, the phases' shapes, the checks of
 // a call's arguments, and the union's rule for r. Each codec calls these and supplies only its
-// kernels (cpu/tagc.hpp, tagc/parallel*.hpp).
+// kernels (cpu/tagc.hpp, tagc/flow.hpp, tagc/*_steps.hpp).
 
 #include <algorithm>
 #include <cstddef>

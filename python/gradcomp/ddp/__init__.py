@@ -44,7 +44,7 @@ Example::
 The hook states are checkpointable: ``state_dict()`` (a collective: every rank calls it)
 gathers every rank's residuals, thresholds and steps; ``load_state_dict()`` restores them,
 exactly when the world size is unchanged, and into another world size as described on each
-class. docs/python.md in the repository is the package's manual; docs/integrations.md maps each
+class. docs/python.md in the repository is the package's manual; docs/transports.md maps each
 path onto the collectives.
 
 Modules, one per algorithm:

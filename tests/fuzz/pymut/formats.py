@@ -74,19 +74,21 @@ def _reseal_trailing(b: bytearray) -> None:
         struct.pack_into("<I", b, len(b) - 4, _crc(b[:-4]))
 
 
-GCST_FIELDS = ((4, 2), (6, 2), (8, 4), (12, 4), (16, 8), (24, 8), (32, 8), (40, 8), (48, 8))
-GCTC_FIELDS = ((4, 2), (6, 2), (8, 4), (12, 4), (16, 8), (24, 4), (28, 4), (32, 8), (40, 4), (44, 4), (48, 8))
-GCSH_FIELDS = ((4, 2), (6, 1), (7, 1), (8, 4), (12, 4), (16, 8), (24, 8), (32, 4), (36, 4), (40, 8))
+ENVELOPE_FIELDS = ((4, 2), (6, 2), (8, 8))  # version, reserved, payload bytes (docs/wire-format.md)
+GCST_FIELDS = ENVELOPE_FIELDS + ((16, 8), (24, 8), (32, 8), (40, 8), (48, 8), (56, 4))
+GCTC_FIELDS = ENVELOPE_FIELDS + ((16, 4), (20, 4), (24, 8), (32, 4), (36, 4), (40, 8), (48, 4), (52, 4), (56, 8))
+GCSH_FIELDS = ENVELOPE_FIELDS + ((16, 8), (24, 8), (32, 4), (36, 4), (40, 4), (44, 4), (48, 4))
+GCST_BYTES = 64  # the smallest compressor checkpoint: the envelope and the payload's fields
 RESTART_FIELDS = ((8, 4), (12, 4), (16, 4), (20, 4), (24, 8), (32, 8), (44, 4))
 
 
 def _gcsh_records(b):
     """(offset of the length field, record start, record bytes) of a sharded checkpoint."""
     out = []
-    if len(b) < 52:
+    if len(b) < 56:
         return out
     world = min(_u(b, 32, 4), 64)
-    at, end = 48, len(b) - 4
+    at, end = 52, len(b) - 4
     for _ in range(world + 1):
         if end - at < 8:
             break
@@ -151,7 +153,7 @@ def fields(kind: str, b, slot: int = 0) -> List[Tuple[int, int]]:
         out = list(GCSH_FIELDS)
         for at, start, size in _gcsh_records(b):
             out.append((at, 8))
-            if size >= 56:
+            if size >= GCST_BYTES:
                 out += [(start + off, w) for off, w in GCST_FIELDS]
         return out
     if kind == "restart":
