@@ -100,7 +100,7 @@ class synchroniser : public detail::flow<Path> {
   }
 
   // encode and apply on the fragment's own values (fragment(st, f).count of them), for a caller
-  // that keeps its parameters apart; mark_applied after the caller's own outer step.
+  // that keeps its parameters apart.
   status encode_fragment(std::size_t f, std::size_t k, std::span<const float> local, state_type& st, std::span<std::byte> out) const {
     ex_type ex;
     return flow::template encode_fragment<float>(ex, f, k, local, st, out);
@@ -117,7 +117,6 @@ class synchroniser : public detail::flow<Path> {
     ex_type ex;
     return flow::template apply_fragment<bf16_t>(ex, f, st, local);
   }
-  status mark_applied(std::size_t f, state_type& st) const { return flow::mark_applied(ex_type{}, f, st); }
 
  private:
   template <class T>

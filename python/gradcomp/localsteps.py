@@ -37,9 +37,11 @@ Paths (``path=``): ``"summable"``, the casts ``fp32``, ``bf16``, ``fp16`` all-re
 ``"sharded"``, any codec by all-to-all and all-gather (:class:`gradcomp.Sharded`, with error
 feedback on the owner too); ``"auto"`` (default): summable for casts, sharded otherwise. Every
 rank decodes the same bytes in the same order, so the replicas' fragments are bit-identical
-after every sync (``mix=0``). The pseudo-gradient, the built-in outer step and the mixing are the
-C++ library's (``gradcomp::localsteps``), for CPU float32 parameters; the codec's phases and
-collectives run through the package's one exchange layer.
+after every sync (``mix=0``). The schedule, the checks, the pseudo-gradient, the built-in outer
+step, the mixing and the checkpoints are the C++ library's flow (``gradcomp::localsteps``, bound
+as ``_core._LocalStepsFlow``); the phases' collectives run through the package's one exchange
+layer. Parameters may be float32, bfloat16 or float16 CPU tensors: the anchors, outer momenta
+and means are float32, and a 16-bit parameter is written back rounded to nearest even.
 
 Errors: a bad option raises ``ValueError`` naming it; a corrupted or foreign payload raises
 :class:`gradcomp.Error` on every rank (a one-word all-reduce after each phase tells every rank)
@@ -57,36 +59,43 @@ import torch.distributed as dist
 from . import _core
 from ._checkpoint import check_identity, every_rank
 from ._core import codecs
-from ._exchange import CASTS, Exchange, FlatParams, Replica, TorchTransport, make_codec, make_flow
+from ._exchange import CASTS, Exchange, FlatParams, Replica, TorchTransport
 
 __all__ = ["LocalSteps"]
 
 _PATHS = ("auto", "gather", "sharded", "summable")
-_FORMAT = 1
+_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
+_FORMAT = 2
 
 
 class _Fragment(FlatParams):
-    """One fragment: its range of the parameters, anchor, outer momentum, flow (the codec state)
-    and the exchange in flight."""
+    """One fragment: its range of the parameters, the C++ state's views of its anchor and mean,
+    and the exchange in flight. As a flow of the exchange layer it is fragment f of the C++ flow."""
 
-    def __init__(self, params, offset: int, count: int, momentum: bool, flow):
-        super().__init__(params, offset, count)
-        self.anchor = self.read()
-        self.momentum = torch.zeros(count) if momentum else None
-        self.delta = torch.zeros(count)  # the pseudo-gradient being sent
-        self.mean = torch.zeros(count)   # the received mean
-        self.flow = flow
-        self.job = None                  # the exchange in flight
-        self.pending = False             # an exchange started: its mean's apply is due
-        self.syncs = 0
+    def __init__(self, params, f: int, fragments: int, flow, state):
+        super().__init__(params, *flow.fragment_of(sum(p.numel() for p in params), fragments, f))
+        self.f, self._flow, self._state = f, flow, state
+        self.phase_count = flow.phase_count
+        self.anchor = torch.from_numpy(state.anchor(f))  # views of the C++ state (stable for its life)
+        self.mean = torch.from_numpy(state.mean(f))
+        self.job = None  # the exchange in flight
+
+    def describe(self, k: int) -> dict:
+        return self._flow.describe(self.f, k, self._state)
+
+    def encode(self, k: int, local, send) -> None:
+        self._flow.encode(self.f, k, local if k == 0 else None, self._state, send)
+
+    def receive(self, k: int, recv, out) -> None:
+        self._flow.receive(self.f, k, self._state, recv)
 
 
 class LocalSteps(Replica):
     """Synchronises replicas every ``period`` inner steps through a gradcomp codec.
 
     Args:
-        model (torch.nn.Module or iterable of tensors): the replica's parameters (float32, CPU),
-            the same on every rank at the start (rank 0's are broadcast).
+        model (torch.nn.Module or iterable of tensors): the replica's parameters (float32,
+            bfloat16 or float16, CPU), the same on every rank at the start (rank 0's are broadcast).
         codec (str): a codec of :func:`gradcomp.codecs` (``"fp32"``, ``"bf16"``, ``"int8"``,
             ``"int4"``, ``"topk"``, ...).
         path (str): ``"auto"``, ``"summable"``, ``"gather"`` or ``"sharded"`` (module docstring).
@@ -109,7 +118,7 @@ class LocalSteps(Replica):
 
     Raises:
         ValueError: an option out of its domain (named in the message), an unknown codec or path,
-            parameters that are not float32 CPU tensors, ``outer_optimizer`` with any of
+            parameters that are not float CPU tensors, ``outer_optimizer`` with any of
             ``outer_lr``, ``outer_momentum``, ``nesterov``, or one that makes no optimizer.
     """
 
@@ -128,7 +137,6 @@ class LocalSteps(Replica):
         outer_momentum = (0.5 if outer_optimizer is None else 0.0) if outer_momentum is None else outer_momentum
         nesterov = True if nesterov is None else nesterov
         _check_options(codec, path, period, fragments, overlap, mix, outer_lr, outer_momentum, params, options)
-        _core._localsteps_check(period, fragments, overlap, mix, outer_lr, outer_momentum, nesterov)
         self.codec, self.period, self.fragments, self.overlap, self.mix = codec, period, fragments, overlap, mix
         self.outer_lr, self.outer_momentum, self.nesterov = outer_lr, outer_momentum, nesterov
         self.path = ("summable" if codec in CASTS else "sharded") if path == "auto" else path
@@ -138,20 +146,25 @@ class LocalSteps(Replica):
         self._world, self._rank = self._ex.transport.world, self._ex.transport.rank
         self.params = params
         self._ex.transport.broadcast(params)
-        self._codec = make_codec(codec, self.path, self.options)
+        # With an outer optimizer the flow's own outer step is the identity (lr 1 on a zeroed mean)
+        # and only mixes.
+        rule = (outer_lr, outer_momentum, nesterov) if outer_optimizer is None else (1.0, 0.0, False)
+        try:
+            self._flow = _core._LocalStepsFlow(codec, self.path, period, fragments, overlap, mix, *rule, **self.options)
+        except _core.Error as e:  # an unknown option or a value out of its domain
+            raise ValueError(f"gradcomp.localsteps: codec {codec!r} with {self.options}: {e}") from None
         self.n = sum(p.numel() for p in params)
-        self._frags = [_Fragment(params, *_core._localsteps_fragment(self.n, fragments, f),
-                                 outer_optimizer is None and outer_momentum > 0, self._flow(f))
-                       for f in range(fragments)]
-        self._make_outer = outer_optimizer
+        self._state = self._flow.make_state(self.n, self._world, self._rank)
+        self._frags = [_Fragment(params, f, fragments, self._flow, self._state) for f in range(fragments)]
+        for fr in self._frags:
+            fr.anchor.copy_(fr.read())
         self.outer_optimizer = None  # the torch optimizer made by outer_optimizer, if any
         if outer_optimizer is not None:
             self.outer_optimizer = outer_optimizer([fr.anchor for fr in self._frags])
             if not isinstance(self.outer_optimizer, torch.optim.Optimizer):
                 raise ValueError("gradcomp.localsteps: outer_optimizer must be a function of the anchors that returns a "
                                  f"torch.optim.Optimizer, not one that returns {type(self.outer_optimizer).__name__}")
-        self.steps = 0        # inner steps taken
-        self.syncs = 0        # fragment syncs applied
+        self.syncs = 0  # fragment syncs applied
 
     def __repr__(self) -> str:
         opts = "".join(f", {k}={v!r}" for k, v in sorted(self.options.items()))
@@ -160,47 +173,49 @@ class LocalSteps(Replica):
         return (f"gradcomp.localsteps.LocalSteps({self.codec!r}, path={self.path!r}, period={self.period}, "
                 f"fragments={self.fragments}, overlap={self.overlap}, mix={self.mix}, {outer}{opts})")
 
-    def _flow(self, f: int):
-        count = _core._localsteps_fragment(self.n, self.fragments, f)[1]
-        return make_flow(self._codec, self.path, count, self._world, self._rank)
+    @property
+    def steps(self) -> int:
+        """Inner steps taken."""
+        return self._state.step
 
-    # --- the schedule
+    # --- the schedule (the C++ flow's)
 
     def step(self) -> None:
         """Call after every inner optimizer step: advances each exchange in flight by one phase,
         starts the syncs that are due and applies the means that are due (collectives: every rank
         calls it at the same steps)."""
-        self.steps += 1
-        due = [_core._localsteps_due(self.period, self.fragments, self.overlap, f, self.steps) for f in range(self.fragments)]
-        for f, fr in enumerate(self._frags):
-            if fr.job is not None and not due[f][1]:
+        self._flow.advance(self._state)
+        due = [self._flow.due(self._state, f) for f in range(self.fragments)]
+        for fr, (_, applies) in zip(self._frags, due):
+            if fr.job is not None and not applies:
                 self._advance(fr)
-        for f, fr in enumerate(self._frags):
-            if due[f][0]:
-                self._send(f, fr)
-            if due[f][1]:
+        for fr, (sends, applies) in zip(self._frags, due):
+            if sends:
+                self._send(fr)
+            if applies:
                 self._complete(fr)
                 self._apply(fr, self.mix)
 
     def finish(self) -> None:
         """The end of training: completes the exchanges in flight, syncs every fragment not synced at
         this step, and leaves every fragment at its anchor, so that the replicas end bit-identical."""
-        for f, fr in enumerate(self._frags):
-            sends, applies = _core._localsteps_due(self.period, self.fragments, self.overlap, f, self.steps)
-            if fr.job is None and not fr.pending and sends and applies:  # synced at this very step
+        for fr in self._frags:
+            sends, applies = self._flow.due(self._state, fr.f)
+            pending = fr.job is not None or self._state.pending(fr.f)
+            if not pending and sends and applies:  # synced at this very step
                 fr.write(fr.anchor)
                 continue
-            if fr.job is None and not fr.pending:
-                self._send(f, fr)
+            if not pending:
+                self._send(fr)
             self._complete(fr)
             self._apply(fr, 0.0)
 
-    # --- one exchange (the exchange layer runs the codec's phases and collectives)
+    # --- one exchange (the exchange layer runs the phases' collectives)
 
-    def _send(self, f: int, fr: _Fragment) -> None:
-        """Starts the fragment's exchange: its pseudo-gradient in, the mean into ``fr.mean``."""
-        _core._localsteps_pseudo_gradient(fr.anchor, fr.read(), self._world, fr.delta)
-        fr.job, fr.pending = self._ex.start(fr.flow, fr.delta, fr.mean, key=f), True
+    def _send(self, fr: _Fragment) -> None:
+        """Starts the fragment's exchange: phase 0 reads its local values, the mean stays in the
+        C++ state for the apply."""
+        fr.job = self._ex.start(fr, fr.read(), None, key=fr.f)
         self._advance(fr)
 
     def _advance(self, fr: _Fragment) -> None:
@@ -213,18 +228,15 @@ class LocalSteps(Replica):
 
     def _apply(self, fr: _Fragment, mix: float) -> None:
         local = fr.read()
-        if self.outer_optimizer is None:
-            _core._localsteps_apply(fr.mean, fr.anchor, fr.momentum, local, self.outer_lr, self.outer_momentum,
-                                    self.nesterov, mix)
-        else:
+        if self.outer_optimizer is not None:
             fr.anchor.grad = fr.mean
             self.outer_optimizer.step()
             fr.anchor.grad = None
-            fr.mean.zero_()  # consumed: the apply below by a zero mean leaves the anchor and only mixes
-            _core._localsteps_apply(fr.mean, fr.anchor, None, local, 1.0, 0.0, False, mix)
+            fr.mean.zero_()  # consumed: the flow's outer step below is the identity and only mixes
+        self._flow.apply(fr.f, self._state, local)
+        if mix != self.mix:  # finish(): every fragment ends on its anchor
+            local.copy_(fr.anchor)
         fr.write(local)
-        fr.pending = False
-        fr.syncs += 1
         self.syncs += 1
 
     # --- checkpoints
@@ -236,54 +248,45 @@ class LocalSteps(Replica):
         so the saved state holds no half-done collective.
 
         Returns:
-            dict: ``format``, ``identity`` (codec, path and options), ``world_size``, ``steps``,
-            ``bytes_sent``, ``wire_bytes``, ``syncs``, ``fragments`` (per fragment: ``anchor``,
-            ``momentum``, ``mean`` and ``pending``, ``syncs``), ``outer_optimizer`` (the outer
-            optimizer's ``state_dict()``, None for the built-in step) and ``codec_states``
-            (fragment index -> every rank's codec state bytes, as uint8 tensors).
+            dict: ``format``, ``identity`` (codec, path, options and schedule), ``world_size``,
+            ``bytes_sent``, ``wire_bytes``, ``syncs``, ``outer_optimizer`` (the outer optimizer's
+            ``state_dict()``, None for the built-in step) and ``states`` (every rank's image of the
+            C++ state: the step, per fragment the anchor, momentum, pending mean and the codec's
+            state; docs/wire-format.md, "Local-steps checkpoint"), a list of uint8 tensors.
         """
         for fr in self._frags:
             self._complete(fr)
-        frags = [{"anchor": fr.anchor.clone(), "momentum": None if fr.momentum is None else fr.momentum.clone(),
-                  "mean": fr.mean.clone(), "pending": fr.pending, "syncs": fr.syncs} for fr in self._frags]
-        states = every_rank({str(f): fr.flow.checkpoint() for f, fr in enumerate(self._frags)}, self._world,
-                            self.process_group)
+        images = every_rank({"state": self._flow.checkpoint(self._state)}, self._world, self.process_group)["state"]
         outer = None if self.outer_optimizer is None else self.outer_optimizer.state_dict()
-        return {"format": _FORMAT, "identity": self._identity(), "world_size": self._world, "steps": self.steps,
-                "bytes_sent": self.bytes_sent, "wire_bytes": self.wire_bytes, "syncs": self.syncs, "fragments": frags,
-                "outer_optimizer": outer, "codec_states": states}
+        return {"format": _FORMAT, "identity": self._identity(), "world_size": self._world, "bytes_sent": self.bytes_sent,
+                "wire_bytes": self.wire_bytes, "syncs": self.syncs, "outer_optimizer": outer, "states": images}
 
     def load_state_dict(self, state_dict: dict) -> None:
         """Restores :meth:`state_dict`. At the saved world size the run continues bit for bit. At
-        another the anchors, the outer momenta or optimizer (the same on every rank) are restored
+        another the step, anchors, outer momenta or optimizer (the same on every rank) are restored
         exactly, and what the codecs' error feedback owed is kept: the sharded path by the
         library's elastic restore, the gather and summable paths by giving every new rank the same
-        share of the saved residuals' sum (gradcomp._checkpoint's rule).
+        share of the saved residuals' sum (the package's one rule, gradcomp._checkpoint).
 
         Raises:
-            ValueError: another format, codec, path, options, outer step or fragment layout.
-            gradcomp.Error: a corrupted codec state (``checksum_mismatch``, ...); nothing changes then.
+            ValueError: another format, codec, path, options, schedule or outer step.
+            gradcomp.Error: a damaged or foreign image (``checksum_mismatch``, ``size_mismatch``, ...),
+                checked in full before anything changes.
         """
         sd = state_dict
         check_identity(sd, _FORMAT, self._identity(), "gradcomp.localsteps")
-        saved = sd["fragments"]
-        if len(saved) != len(self._frags) or any(s["anchor"].numel() != fr.n for s, fr in zip(saved, self._frags)):
-            raise ValueError("gradcomp.localsteps: checkpoint of another fragment layout")
         if (sd.get("outer_optimizer") is None) != (self.outer_optimizer is None):
             raise ValueError("gradcomp.localsteps: checkpoint of another outer step (built-in or outer_optimizer)")
-        flows = [self._flow(f) for f in range(self.fragments)]  # restored into new states: all or nothing
-        for f, flow in enumerate(flows):
-            flow.restore_rows([bytes(t.numpy().tobytes()) for t in sd["codec_states"][str(f)]])
+        images = [bytes(t.numpy().tobytes()) for t in sd["states"]]
+        for fr in self._frags:
+            fr.job = None
+        if len(images) == self._world:
+            self._flow.load_checkpoint(self._state, images[self._rank])
+        else:
+            self._flow.restore_elastic(self._state, images)
         if self.outer_optimizer is not None:
             self.outer_optimizer.load_state_dict(sd["outer_optimizer"])
-        for s, fr, flow in zip(saved, self._frags, flows):
-            fr.flow, fr.job = flow, None
-            fr.anchor.copy_(s["anchor"])
-            if fr.momentum is not None:
-                fr.momentum.copy_(s["momentum"])
-            fr.mean.copy_(s["mean"])
-            fr.pending, fr.syncs = bool(s["pending"]), int(s["syncs"])
-        self.steps, self.syncs = int(sd["steps"]), int(sd["syncs"])
+        self.syncs = int(sd["syncs"])
         self.bytes_sent, self.wire_bytes = int(sd["bytes_sent"]), int(sd["wire_bytes"])
 
     def _identity(self) -> str:
@@ -318,5 +321,6 @@ def _check_options(codec, path, period, fragments, overlap, mix, outer_lr, outer
     if not params:
         raise ValueError("gradcomp.localsteps: the model has no trainable parameters")
     for p in params:
-        if p.dtype != torch.float32 or p.device.type != "cpu":
-            raise ValueError(f"gradcomp.localsteps: parameters must be float32 CPU tensors (a {p.dtype} tensor on {p.device})")
+        if p.dtype not in _DTYPES or p.device.type != "cpu":
+            raise ValueError(f"gradcomp.localsteps: parameters must be float32, bfloat16 or float16 CPU tensors "
+                             f"(a {p.dtype} tensor on {p.device})")

@@ -19,7 +19,6 @@
 #include "arrays.hpp"
 #include "localsteps.hpp"
 
-#include <gradcomp/localsteps/outer.hpp>
 
 namespace gradcomp_py {
 
@@ -87,20 +86,6 @@ std::tuple<void*, std::size_t, gc::dtype> fragment_values(const out_array& a, co
   return {const_cast<void*>(a.data()), a.size(), t};
 }
 
-// The per-element math and schedule as free functions, for the fragments Python keeps itself.
-ls::config make_config(std::size_t period, std::size_t fragments, std::size_t overlap, float mix, float outer_lr, float momentum,
-                       bool nesterov) {
-  const ls::config c{period, fragments, overlap, mix, outer_lr, momentum, nesterov};
-  check(ls::validate(c));
-  return c;
-}
-
-std::span<float> floats(const out_array& a, std::size_t n, const char* what) {
-  const std::span<float> s = float_span(a, what);
-  if (s.size() != n) throw nb::value_error((std::string(what) + ": size differs from the fragment's").c_str());
-  return s;
-}
-
 }  // namespace
 
 void bind_localsteps(nb::module_& m) {
@@ -111,11 +96,11 @@ void bind_localsteps(nb::module_& m) {
       .def_prop_ro("world", [](const state_box& s) { return s.st->world(); }, "The number of replicas.")
       .def_prop_ro("rank", [](const state_box& s) { return s.st->rank(); }, "This replica's rank.")
       .def_prop_ro("step", [](const state_box& s) { return s.st->step(); }, "Inner steps taken (advance()).")
-      .def("anchor", [](state_box& s, std::size_t f) { return float_view(s.st->anchor(f)); }, nb::arg("f"), nb::keep_alive<0, 1>(),
+      .def("anchor", [](state_box& s, std::size_t f) { return nb::cast(float_view(s.st->anchor(f)), nb::rv_policy::reference); }, nb::arg("f"), nb::keep_alive<0, 1>(),
            "Fragment f's anchor, a float32 NumPy view of the state (writable).")
-      .def("mean", [](state_box& s, std::size_t f) { return float_view(s.st->values(f)); }, nb::arg("f"), nb::keep_alive<0, 1>(),
+      .def("mean", [](state_box& s, std::size_t f) { return nb::cast(float_view(s.st->values(f)), nb::rv_policy::reference); }, nb::arg("f"), nb::keep_alive<0, 1>(),
            "Fragment f's values in flight: the received mean pseudo-gradient once the last phase arrived.")
-      .def("momentum", [](state_box& s, std::size_t f) { return float_view(s.st->momentum(f)); }, nb::arg("f"),
+      .def("momentum", [](state_box& s, std::size_t f) { return nb::cast(float_view(s.st->momentum(f)), nb::rv_policy::reference); }, nb::arg("f"),
            nb::keep_alive<0, 1>(), "Fragment f's outer momentum (empty without one).")
       .def("pending", [](const state_box& s, std::size_t f) { return s.st->order(f).pending; }, nb::arg("f"),
            "Whether fragment f's mean arrived and waits for its apply.")
@@ -162,13 +147,13 @@ void bind_localsteps(nb::module_& m) {
         nb::dict d;
         d["name"] = x.name;
         d["collective"] = collective_name(x.op);
-        d["type"] = gc::summable::to_string(x.type);
+        d["type"] = x.op == ls::collective::all_reduce ? gc::summable::to_string(x.type) : "u8";
         d["send_bytes"] = x.send_bytes;
         d["receive_bytes"] = x.receive_bytes;
         return d;
       }, nb::arg("f"), nb::arg("k"), nb::arg("state"),
          "Phase k of fragment f's sync: ``collective`` (``\"all_reduce\"`` with SUM of ``type``, ``\"all_to_all\"``\n"
-         "of equal slots, ``\"all_gather\"``), ``send_bytes`` and ``receive_bytes``.")
+         "of equal slots, ``\"all_gather\"``; ``type`` ``\"u8\"`` for these), ``send_bytes`` and ``receive_bytes``.")
       .def("encode", [](const flow_box& f, std::size_t frag, std::size_t k, nb::handle local, state_box& s, out_array out) {
         localsteps_state& st = state_of(f, s);
         const std::span<std::byte> o = raw_view(out, "out");
@@ -199,8 +184,6 @@ void bind_localsteps(nb::module_& m) {
       }, nb::arg("f"), nb::arg("state"), nb::arg("local"),
          "The outer step on fragment f's anchor with the received mean; ``local`` (the fragment's values) becomes\n"
          "mix * local + (1 - mix) * anchor.")
-      .def("mark_applied", [](const flow_box& f, std::size_t frag, state_box& s) { f.impl->mark_applied(frag, state_of(f, s)); },
-           nb::arg("f"), nb::arg("state"), "Ends fragment f's sync after the caller's own outer step on anchor(f) with mean(f).")
       .def("checkpoint", [](const flow_box& f, state_box& s) {
         const std::vector<std::byte> b = f.impl->checkpoint(state_of(f, s));
         return nb::bytes(reinterpret_cast<const char*>(b.data()), b.size());
@@ -216,51 +199,6 @@ void bind_localsteps(nb::module_& m) {
       }, nb::arg("state"), nb::arg("images"),
          "Restores every saved rank's image (in rank order) at another world size: anchors, momenta and step carried\n"
          "over, what the codec's error feedback owed kept as a sum over the ranks.");
-
-  m.def("_localsteps_check",
-        [](std::size_t period, std::size_t fragments, std::size_t overlap, float mix, float outer_lr, float momentum, bool nesterov) {
-          (void)make_config(period, fragments, overlap, mix, outer_lr, momentum, nesterov);
-        },
-        nb::arg("period"), nb::arg("fragments"), nb::arg("overlap"), nb::arg("mix"), nb::arg("outer_lr"), nb::arg("momentum"),
-        nb::arg("nesterov"), "Raises gradcomp.Error (invalid_argument) for a configuration gc::localsteps::validate refuses.");
-  m.def("_localsteps_fragment", [](std::size_t n, std::size_t fragments, std::size_t f) {
-    const gc::chunk_range r = ls::fragment_of(n, fragments, f);
-    return std::make_tuple(r.offset, r.count);
-  }, nb::arg("n"), nb::arg("fragments"), nb::arg("f"), "(offset, count) of fragment f of n parameters.");
-  m.def("_localsteps_due",
-        [](std::size_t period, std::size_t fragments, std::size_t overlap, std::size_t f, std::uint64_t step) {
-          const ls::config c{.period = period, .fragments = fragments, .overlap = overlap};
-          check(ls::validate(c));
-          return std::make_tuple(ls::sends_at(c, f, step), ls::applies_at(c, f, step));
-        },
-        nb::arg("period"), nb::arg("fragments"), nb::arg("overlap"), nb::arg("f"), nb::arg("step"),
-        "(sends, applies): whether fragment f sends its pseudo-gradient, and applies its mean, after `step` inner steps.");
-  m.def("_localsteps_pseudo_gradient", [](out_array anchor, out_array local, std::uint32_t world, out_array out) {
-    const std::span<float> a = float_span(anchor, "anchor");
-    const std::span<float> l = floats(local, a.size(), "local");
-    const std::span<float> o = floats(out, a.size(), "out");
-    if (world == 0) throw nb::value_error("world must be >= 1");
-    const float w = static_cast<float>(world);
-    nb::gil_scoped_release unlocked;
-    for (std::size_t j = 0; j < a.size(); ++j) o[j] = ls::pseudo_gradient(a[j], l[j], w);
-  }, nb::arg("anchor"), nb::arg("local"), nb::arg("world"), nb::arg("out"), "out = (anchor - local) / world (float32, CPU).");
-  m.def("_localsteps_apply",
-        [](out_array mean, out_array anchor, nb::handle momentum, out_array local, float outer_lr, float mu, bool nesterov, float mix) {
-          const std::span<float> d = float_span(mean, "mean");
-          const std::span<float> a = floats(anchor, d.size(), "anchor");
-          const std::span<float> l = floats(local, d.size(), "local");
-          std::span<float> m;
-          if (!momentum.is_none()) m = floats(nb::cast<out_array>(momentum), d.size(), "momentum");
-          const ls::outer_rule rule{outer_lr, mu, nesterov};
-          nb::gil_scoped_release unlocked;
-          for (std::size_t j = 0; j < d.size(); ++j) {
-            ls::outer_step(rule, d[j], a[j], m.empty() ? nullptr : &m[j]);
-            l[j] = ls::mixed(mix, l[j], a[j]);
-          }
-        },
-        nb::arg("mean"), nb::arg("anchor"), nb::arg("momentum").none(), nb::arg("local"), nb::arg("outer_lr"), nb::arg("mu"),
-        nb::arg("nesterov"), nb::arg("mix"),
-        "The outer step on anchor (and momentum) with the mean pseudo-gradient; local = mix * local + (1 - mix) * anchor.");
 }
 
 }  // namespace gradcomp_py

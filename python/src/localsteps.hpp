@@ -9,6 +9,7 @@
 #include <gradcomp/localsteps/checkpoint.hpp>
 #include <gradcomp/sharded.hpp>
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -54,7 +55,6 @@ class localsteps_flow {
                       std::span<std::byte> out) const = 0;
   virtual void receive(std::size_t f, std::size_t k, localsteps_state& st, std::span<const std::byte> in) const = 0;
   virtual void apply(std::size_t f, localsteps_state& st, void* local, std::size_t count, gc::dtype t) const = 0;
-  virtual void mark_applied(std::size_t f, localsteps_state& st) const = 0;
   virtual std::vector<std::byte> checkpoint(const localsteps_state& st) const = 0;
   virtual void load_checkpoint(localsteps_state& st, std::span<const std::byte> in) const = 0;
   virtual void restore_elastic(localsteps_state& st, std::span<const std::span<const std::byte>> saved) const = 0;
@@ -125,7 +125,6 @@ class localsteps_impl final : public localsteps_flow {
     if (t == gc::dtype::f32) check(sync_.apply_fragment(f, s, std::span(static_cast<float*>(local), count)));
     else check(sync_.apply_fragment(f, s, std::span(static_cast<gc::bf16_t*>(local), count)));
   }
-  void mark_applied(std::size_t f, localsteps_state& st) const override { check(sync_.mark_applied(f, own(st).st)); }
 
   std::vector<std::byte> checkpoint(const localsteps_state& st) const override {
     auto r = gc::localsteps::save_checkpoint(sync_, own(st).st);
@@ -133,13 +132,32 @@ class localsteps_impl final : public localsteps_flow {
     return std::move(*r);
   }
   void load_checkpoint(localsteps_state& st, std::span<const std::byte> in) const override {
-    check(gc::localsteps::load_checkpoint(sync_, in, own(st).st));
+    auto& s = own(st).st;
+    auto next = s;
+    check(gc::localsteps::load_checkpoint(sync_, in, next));
+    keep_buffers(s, std::move(next));
   }
   void restore_elastic(localsteps_state& st, std::span<const std::span<const std::byte>> saved) const override {
-    check(gc::localsteps::restore_elastic(sync_, saved, own(st).st));
+    auto& s = own(st).st;
+    auto next = s;
+    check(gc::localsteps::restore_elastic(sync_, saved, next));
+    keep_buffers(s, std::move(next));
   }
 
  private:
+  // A restored state copied into the arrays Python holds views of (anchor, mean, momentum).
+  static void keep_buffers(typename sync_type::state_type& to, typename sync_type::state_type&& from) {
+    to.step = from.step;
+    for (std::size_t f = 0; f < to.fragments.size(); ++f) {
+      auto &a = to.fragments[f], &b = from.fragments[f];
+      std::copy(b.anchor.begin(), b.anchor.end(), a.anchor.begin());
+      std::copy(b.values.begin(), b.values.end(), a.values.begin());
+      std::copy(b.momentum.begin(), b.momentum.end(), a.momentum.begin());
+      static_cast<gc::localsteps::sync_order&>(a) = b;
+      a.path = std::move(b.path);
+    }
+  }
+
   sync_type sync_;
   std::string identity_;
 };

@@ -317,26 +317,28 @@ def test_bad_outer_optimizer_combinations_raise():
 
 def _cast_checkpoints(rank, world, sd):
     # The summable path with error feedback (bf16): a state_dict resumed at the same world size
-    # bit for bit; with `sd` (saved at another world size) restored, what the residuals owe
-    # summed over the new ranks against the saved ranks' sum.
+    # bit for bit; with `sd` (saved at another world size) restored, the step and anchors carried
+    # over and the new replicas training on identically (what the residuals owe, summed over the
+    # ranks, is the library's test: tests/localsteps/synchroniser_test.cpp).
     def make(net):
         return LocalSteps(net, "bf16", period=2, outer_momentum=0.0, error_feedback=True)
 
     if sd is not None:
-        sync = make(_net())
+        net = _net()
+        sync, opt = make(net), torch.optim.SGD(net.parameters(), lr=0.05)
         sync.load_state_dict(sd)
-        mine = torch.as_tensor(sync._frags[0].flow.residual()).double()
-        total = mine.clone()
-        dist.all_reduce(total)
-        saved = sum(torch.frombuffer(bytearray(t.numpy().tobytes()), dtype=torch.float32).double()
-                    for t in sd["codec_states"]["0"])
-        return float((total - saved).abs().max()), float(saved.abs().max()), dist_util.all_same(mine)
+        kept = sync.steps == sd["steps"] and torch.equal(sync._frags[0].anchor, sd["anchor"])
+        for step in range(sync.steps, sync.steps + 3):  # up to a sync (period 2, from step 5)
+            _inner_step(net, opt, rank, step)
+            sync.step()
+        return kept, dist_util.all_same(_flat(net))
     net = _net()
     sync, opt = make(net), torch.optim.SGD(net.parameters(), lr=0.05)
     for step in range(5):
         _inner_step(net, opt, rank, step)
         sync.step()
     mid, model = sync.state_dict(), {k: v.clone() for k, v in net.state_dict().items()}
+    mid.update(steps=sync.steps, anchor=sync._frags[0].anchor.clone())
     for step in range(5, 9):
         _inner_step(net, opt, rank, step)
         sync.step()
@@ -353,5 +355,5 @@ def _cast_checkpoints(rank, world, sd):
 def test_the_summable_path_resumes_and_restores_at_another_world_size():
     resumed, sd = dist_util.run(3, _cast_checkpoints, None)
     assert resumed
-    diff, scale, same = dist_util.run(2, _cast_checkpoints, sd)
-    assert scale > 0 and diff <= 1e-6 * scale and same  # the total owed kept, the same share on every rank
+    kept, same = dist_util.run(2, _cast_checkpoints, sd)
+    assert kept and same

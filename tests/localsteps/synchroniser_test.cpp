@@ -398,42 +398,38 @@ TEST_CASE("local steps: bf16 parameters sync as their fp32 values do, and are wr
   CHECK(sh[0].fragments[0].syncs == 4);
 }
 
-TEST_CASE("local steps: a fragment's own values and a caller's outer step give the same sync") {
+TEST_CASE("local steps: a fragment's own values give the same sync as the whole vector") {
   // Three replicas call encode_fragment / apply_fragment on copies of their fragments, three
-  // others encode / apply on whole vectors, three more run their own outer step (anchor -= mean,
-  // then the parameters take the anchor) and mark_applied: all nine end on the same bytes.
+  // others encode / apply on whole vectors: all six end on the same bytes.
   const std::uint32_t world = 3;
   const std::vector<float> init = test::heavy_tailed(500, 8, 1.0f);
   const ls::config c{.period = 2, .fragments = 2, .outer_lr = 1.0f, .momentum = 0.0f};
   const ls::synchroniser sync(c, sharded::codec<int4_ef>(int4_ef{}, sharded::mode::all_reduce));
   using state_type = decltype(sync)::state_type;
-  std::vector<std::vector<float>> whole(world, init), parts(world, init), own(world, init);
-  std::vector<state_type> sw(world), sp(world), so(world);
+  std::vector<std::vector<float>> whole(world, init), parts(world, init);
+  std::vector<state_type> sw(world), sp(world);
   for (std::uint32_t r = 0; r < world; ++r) {
     for (float& v : whole[r]) v += 0.01f * static_cast<float>(r + 1);
-    parts[r] = own[r] = whole[r];
+    parts[r] = whole[r];
     REQUIRE(sync.make_state(init, world, r, sw[r]));
     REQUIRE(sync.make_state(init, world, r, sp[r]));
-    REQUIRE(sync.make_state(init, world, r, so[r]));
   }
   for (std::size_t f = 0; f < c.fragments; ++f) {
     const chunk_range at = sync.fragment(sw[0], f);
     for (std::size_t k = 0; k < sync.phase_count(); ++k) {
       const ls::exchange x = *sync.describe(f, k, sw[0]);
-      std::vector<bytes> a(world, bytes(x.send_bytes)), b(world, bytes(x.send_bytes)), o(world, bytes(x.send_bytes));
+      std::vector<bytes> a(world, bytes(x.send_bytes)), b(world, bytes(x.send_bytes));
       for (std::uint32_t r = 0; r < world; ++r) {
         const std::span<const float> all = k == 0 ? std::span<const float>(whole[r]) : std::span<const float>{};
         const std::span<const float> mine = k == 0 ? std::span<const float>(parts[r]).subspan(at.offset, at.count) : std::span<const float>{};
         REQUIRE(sync.encode(f, k, all, sw[r], a[r]));
         REQUIRE(sync.encode_fragment(f, k, mine, sp[r], b[r]));
-        REQUIRE(sync.encode_fragment(f, k, mine, so[r], o[r]));
         CHECK(a[r] == b[r]);
       }
       const std::vector<bytes> got = transport(x, a);
       for (std::uint32_t r = 0; r < world; ++r) {
         REQUIRE(sync.receive(f, k, sw[r], got[r]));
         REQUIRE(sync.receive(f, k, sp[r], got[r]));
-        REQUIRE(sync.receive(f, k, so[r], got[r]));
       }
     }
     for (std::uint32_t r = 0; r < world; ++r) {
@@ -442,20 +438,12 @@ TEST_CASE("local steps: a fragment's own values and a caller's outer step give t
                               parts[r].begin() + static_cast<std::ptrdiff_t>(at.offset + at.count));
       REQUIRE(sync.apply_fragment(f, sp[r], std::span<float>(mine)));
       std::copy(mine.begin(), mine.end(), parts[r].begin() + static_cast<std::ptrdiff_t>(at.offset));
-      auto& fs = so[r].fragments[f];  // the caller's outer step: plain averaging
-      for (std::size_t j = 0; j < at.count; ++j) {
-        fs.anchor[j] -= fs.values[j];
-        own[r][at.offset + j] = fs.anchor[j];
-      }
-      REQUIRE(sync.mark_applied(f, so[r]));
-      CHECK(sync.mark_applied(f, so[r]).code() == errc::invalid_argument);  // once per sync
     }
     CHECK(sync.apply_fragment(f, sp[0], std::span<float>(parts[0]).first(1)).code() == errc::invalid_argument);
   }
   for (std::uint32_t r = 0; r < world; ++r) {
     CHECK(whole[r] == whole[0]);
     CHECK(parts[r] == whole[0]);
-    CHECK(own[r] == whole[0]);
   }
 }
 

@@ -161,6 +161,8 @@ namespace detail {
 // What the gather and summable paths' error feedback owes, and the step their frames carry.
 inline std::vector<float>& owed(gather::state& st) { return st.compressor.residual; }
 inline std::vector<float>& owed(summable::rank_state& st) { return st.residual; }
+inline const std::vector<float>& owed(const gather::state& st) { return st.compressor.residual; }
+inline const std::vector<float>& owed(const summable::rank_state& st) { return st.residual; }
 inline void take_step(gather::state& to, const gather::state& from) { to.step = to.compressor.step = from.step; }
 inline void take_step(summable::rank_state& to, const summable::rank_state& from) { to.step = from.step; }
 }  // namespace detail
@@ -169,9 +171,9 @@ inline void take_step(summable::rank_state& to, const summable::rank_state& from
 // into `st`, rank st.rank of st.world (a state from make_state of the same synchroniser and
 // size): the step, anchors, momenta and pending means (the same on every rank) from the first
 // image; what the codec's error feedback owed is kept as a sum over the ranks: the sharded path
-// by sharded::restore_elastic, the gather and summable paths by giving rank r the sum of the
-// saved residuals of ranks r, r + W, r + 2W, ... (W = st.world). Every image is checked as
-// load_checkpoint checks it; on error `st` is left as it was.
+// by sharded::restore_elastic, the gather and summable paths by giving every new rank the same
+// share of the saved residuals' sum (summed in rank order, divided by st.world). Every image is
+// checked as load_checkpoint checks it; on error `st` is left as it was.
 template <class Path>
 status restore_elastic(const synchroniser<Path>& sync, std::span<const std::span<const std::byte>> saved,
                        typename synchroniser<Path>::state_type& st) {
@@ -206,11 +208,12 @@ status restore_elastic(const synchroniser<Path>& sync, std::span<const std::span
       detail::take_step(fs.path, first.path);
       std::vector<float>& mine = detail::owed(fs.path);
       std::fill(mine.begin(), mine.end(), 0.0f);
-      for (std::uint32_t r = st.rank; r < old_world && !mine.empty(); r += st.world) {
-        const std::vector<float>& theirs = detail::owed(old[r].fragments[f].path);
+      for (const state_type& o : old) {
+        const std::vector<float>& theirs = detail::owed(o.fragments[f].path);
         if (theirs.size() != mine.size()) return {errc::size_mismatch, "local-steps checkpoint: a residual of another size"};
         for (std::size_t j = 0; j < mine.size(); ++j) mine[j] += theirs[j];
       }
+      for (float& v : mine) v /= static_cast<float>(st.world);
     }
   }
   st = std::move(next);

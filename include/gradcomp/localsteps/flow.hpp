@@ -11,8 +11,7 @@
 //   apply(f, params)       the outer step on the anchor; params[fragment] = mix * params + (1 - mix) * anchor
 //
 // encode and apply take all parameters (st.size values) or, as encode_fragment and
-// apply_fragment, only the fragment's own values; mark_applied ends a sync whose outer step the
-// caller ran itself (any optimizer on the anchor, with the mean as its gradient).
+// apply_fragment, only the fragment's own values.
 //
 // The parameters are float32 or bfloat16 (the anchor, the momentum and the mean stay fp32; a
 // bf16 parameter is read exactly and written rounded to nearest even). Every rank decodes the
@@ -197,16 +196,6 @@ class flow {
     const outer_rule rule{cfg_.outer_lr, cfg_.momentum, cfg_.nesterov};
     if (status s = ex.template outer<T>(rule, cfg_.mix, fs, local); !s) return s;
     fs.applied();
-    return {};
-  }
-
-  // For a caller whose own outer optimizer stepped the anchor with the received mean (and wrote
-  // the parameters): the fragment's sync is complete.
-  template <class Ex, class St>
-  status mark_applied(const Ex& ex, std::size_t f, St& st) const {
-    if (status s = check(ex, f, st); !s) return s;
-    if (status s = st.fragments[f].check_apply(); !s) return s;
-    st.fragments[f].applied();
     return {};
   }
 
