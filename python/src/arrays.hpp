@@ -203,6 +203,29 @@ inline nb::object float_array(float_block b) {
                   nb::rv_policy::reference);
 }
 
+// A state's checkpoint calls (sharded_state, summable_state) with the codec of the call: its
+// bytes; a restore from them, or from every saved rank's (restore_elastic); the GIL released.
+inline std::span<const std::byte> bytes_of(const nb::bytes& b) { return {static_cast<const std::byte*>(b.data()), b.size()}; }
+template <class S, class C>
+nb::bytes checkpoint_of(S& st, const C& c) {
+  const std::vector<std::byte> b = st.checkpoint(c, stream_of(st.device()));
+  return nb::bytes(b.data(), b.size());
+}
+template <class S, class C>
+void load_from(S& st, const C& c, const nb::bytes& data) {
+  const device_stream s = stream_of(st.device());
+  nb::gil_scoped_release unlocked;
+  st.load_checkpoint(c, bytes_of(data), s);
+}
+template <class S, class C>
+void restore_from(S& st, const C& c, const std::vector<nb::bytes>& saved) {
+  std::vector<std::span<const std::byte>> views;
+  for (const nb::bytes& b : saved) views.push_back(bytes_of(b));
+  const device_stream s = stream_of(st.device());
+  nb::gil_scoped_release unlocked;
+  st.restore_elastic(c, views, s);
+}
+
 // Keyword options to the registry's option values, and back; ", key=repr(value)" of each
 // keyword, for reprs.
 options to_options(const nb::kwargs& kw);

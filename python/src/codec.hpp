@@ -73,7 +73,7 @@ class codec : public codec_backend {
   virtual options effective_options() const = 0;
   virtual std::size_t max_payload_bytes(std::size_t n, gc::dtype t) const = 0;
   // The library's state for n elements (a cpu_codec_state's).
-  virtual gc::state make_state(std::size_t n) const = 0;
+  virtual gc::state host_state(std::size_t n) const = 0;
   // out += every payload of an all-gather (gc::transformer::accumulate_gathered): back to back
   // (slot_bytes 0) or one per slot of slot_bytes; all frames are checked before any is added.
   virtual void accumulate_gathered(std::span<const std::byte> gathered, std::size_t slot_bytes, void* out, std::size_t n,
@@ -167,7 +167,7 @@ class codec_impl final : public codec {
   std::size_t max_payload_bytes(std::size_t n, gc::dtype t) const override {
     return t == gc::dtype::f32 ? comp_.template max_payload_bytes<float>(n) : comp_.template max_payload_bytes<gc::bf16_t>(n);
   }
-  gc::state make_state(std::size_t n) const override { return comp_.make_state(n); }
+  gc::state host_state(std::size_t n) const override { return comp_.make_state(n); }
 
   std::unique_ptr<codec_state> make_state(std::unique_ptr<cpu_codec_state> host, device_stream) const override {
     return host;

@@ -154,7 +154,7 @@ void bind_compressor(nb::module_& m) {
          "Returns:\n"
          "    int: the size ``out`` needs.")
       .def("make_state", [](codec_box& c, std::size_t n, nb::handle device) {
-        auto host = std::make_unique<cpu_codec_state>(c.impl->make_state(n), c.impl->codec_id(), c.name);
+        auto host = std::make_unique<cpu_codec_state>(c.impl->host_state(n), c.impl->codec_id(), c.name);
         const int where = device.is_none() ? -1 : parse_device(device);
         const codec_backend& k = c.on(where);
         return state_box{k.make_state(std::move(host), placement(where))};

@@ -97,8 +97,6 @@ nb::dict describe_dict(const gc::sharded::phase& p) {
   return d;
 }
 
-std::span<const std::byte> bytes_of(const nb::bytes& b) { return {static_cast<const std::byte*>(b.data()), b.size()}; }
-
 }  // namespace
 
 void bind_sharded(nb::module_& m) {
@@ -341,21 +339,14 @@ void bind_sharded(nb::module_& m) {
          "    gradcomp.Error: a corrupted or foreign slot (``bad_magic``, ``bad_header``, ``codec_mismatch``,\n"
          "        ``checksum_mismatch``, ``truncated``, ...), a wrong size (``size_mismatch``), a call out of\n"
          "        order (``invalid_argument``), a state of another codec (``codec_mismatch``).")
-      .def("checkpoint", [](const sharded_box& c, sharded_state_box& s) {
-        sharded_state& st = state_of(c, s);
-        const std::vector<std::byte> b = st.checkpoint(*c.impl, stream_of(st.device()));
-        return nb::bytes(b.data(), b.size());
-      }, nb::arg("state"),
+      .def("checkpoint", [](const sharded_box& c, sharded_state_box& s) { return checkpoint_of(state_of(c, s), *c.impl); },
+           nb::arg("state"),
          "The state's checkpoint (``sharded::save_checkpoint``).\n\n"
          "Returns:\n"
          "    bytes: every per-shard sender state and the owner's, the step, size, world and rank, with the\n"
          "    codec's identifier and a CRC32C. Its length may differ between ranks (the last shard is shorter).")
       .def("load_checkpoint", [](const sharded_box& c, sharded_state_box& s, nb::bytes data) {
-        sharded_state& st = state_of(c, s);
-        const auto in = bytes_of(data);
-        const device_stream stream = stream_of(st.device());
-        nb::gil_scoped_release unlocked;
-        st.load_checkpoint(*c.impl, in, stream);
+        load_from(state_of(c, s), *c.impl, data);
       }, nb::arg("state"), nb::arg("data"),
          "Restores :meth:`checkpoint` bytes of the same size, world size and rank: the run continues byte for byte.\n\n"
          "Args:\n"
@@ -365,12 +356,7 @@ void bind_sharded(nb::module_& m) {
          "    gradcomp.Error: corrupted bytes (``checksum_mismatch``, ``truncated``, ...), another codec or mode\n"
          "        (``codec_mismatch``), another size, world or rank (``size_mismatch``); the state is unchanged then.")
       .def("restore_elastic", [](const sharded_box& c, sharded_state_box& s, const std::vector<nb::bytes>& saved) {
-        sharded_state& st = state_of(c, s);
-        std::vector<std::span<const std::byte>> views;
-        for (const nb::bytes& b : saved) views.push_back(bytes_of(b));
-        const device_stream stream = stream_of(st.device());
-        nb::gil_scoped_release unlocked;
-        st.restore_elastic(*c.impl, views, stream);
+        restore_from(state_of(c, s), *c.impl, saved);
       }, nb::arg("state"), nb::arg("saved"),
          "Restores this rank from the checkpoints of every rank of a run of any world size (``restore_elastic``).\n\n"
          "What error feedback owes stays exact as sums over ranks: ``state`` holds, on its own new shard, the\n"

@@ -266,30 +266,22 @@ void bind_summable(nb::module_& m) {
                    [](const phase_codec& pc, std::uint64_t v) { pc.checks->interval = v; },
                    "Device states: :meth:`finish_step` runs :meth:`check` every this many calls (default 256; 0:\n"
                    "only on demand).")
-      .def("checkpoint", [](const phase_codec& pc, phase_state& ps) {
-        summable_state& st = checkpointed(pc, ps);
-        const std::vector<std::byte> b = st.checkpoint(*pc.c, stream_of(st.device()));
-        return nb::bytes(b.data(), b.size());
-      }, nb::arg("state"),
+      .def("checkpoint", [](const phase_codec& pc, phase_state& ps) { return checkpoint_of(checkpointed(pc, ps), *pc.c); },
+           nb::arg("state"),
          "TAGC: the state's checkpoint.\n\n"
          "Returns:\n"
          "    bytes: residual, thresholds, step and sampling key, with the configuration's identity and a CRC32C.\n\n"
          "Raises:\n"
          "    gradcomp.Error: a summable cast (casts keep no state across steps).")
       .def("load_checkpoint", [](const phase_codec& pc, phase_state& ps, nb::bytes b) {
-        summable_state& st = checkpointed(pc, ps);
-        const std::span<const std::byte> data{static_cast<const std::byte*>(b.data()), b.size()};
-        st.load_checkpoint(*pc.c, data, stream_of(st.device()));
+        load_from(checkpointed(pc, ps), *pc.c, b);
       }, nb::arg("state"), nb::arg("data"),
          "TAGC: restores :meth:`checkpoint` bytes of the same world size and rank into ``state``.\n\n"
          "Raises:\n"
          "    gradcomp.Error: corrupted bytes (``checksum_mismatch``, ...), another configuration, world size\n"
          "        or rank; the state is unchanged then.")
       .def("restore_elastic", [](const phase_codec& pc, phase_state& ps, const std::vector<nb::bytes>& saved) {
-        summable_state& st = checkpointed(pc, ps);
-        std::vector<std::span<const std::byte>> views;
-        for (const nb::bytes& b : saved) views.emplace_back(static_cast<const std::byte*>(b.data()), b.size());
-        st.restore_elastic(*pc.c, views, stream_of(st.device()));
+        restore_from(checkpointed(pc, ps), *pc.c, saved);
       }, nb::arg("state"), nb::arg("saved"),
          "TAGC: restores this rank from the checkpoints of every rank of a run of any world size.\n\n"
          "The residuals' sum over the saved ranks is kept, re-sliced by the new shards: ``state`` holds its\n"
