@@ -6,7 +6,7 @@
 // The mean is applied to the anchor by the outer step and becomes every rank's parameters.
 
 #include <gradcomp/gradcomp.hpp>
-#include <gradcomp/localsteps/synchroniser.hpp>
+#include <gradcomp/localsteps.hpp>
 #include <mpi.h>
 
 #include <string>

@@ -19,7 +19,7 @@
 #include "feedback/residual.hpp"
 #include "gather.hpp"
 #include "localsteps/checkpoint.hpp"
-#include "localsteps/synchroniser.hpp"
+#include "localsteps.hpp"
 #include "partition/chunks.hpp"
 #include "partition/whole.hpp"
 #include "quantize/bf16.hpp"

@@ -34,31 +34,28 @@
 #include "cpu/sharded.hpp"
 #include "sharded/checkpoint.hpp"
 #include "sharded/flow.hpp"
+#include "sharded/front.hpp"
 #include "sharded/state.hpp"
 
 namespace gradcomp::sharded {
 
 // The sharded path on the CPU. State and buffers are host memory.
 template <class C>
-class codec {
+class codec : public detail::front<C> {
+  using front = detail::front<C>;
+
  public:
-  static constexpr summable::aggregation aggregation_kind = summable::aggregation::sharded;
-  static constexpr std::size_t scatter_phase = 0, gather_phase = 1;
   using state = sharded::state;
   using state_type = state;
-
-  explicit codec(const C& c, mode m = mode::reduce_scatter) : f_(c, c, m) {}
-  codec(const C& send, const C& owner, mode m) : f_(send, owner, m) {}
-
-  const C& sender() const { return f_.sender(); }
-  const C& owner() const { return f_.owner(); }
-  mode get_mode() const { return f_.get_mode(); }
-  status validate() const { return f_.validate(); }
-  std::size_t phase_count() const { return f_.phase_count(); }
+  explicit codec(const C& c, mode m = mode::reduce_scatter) : front(c, m) {}
+  codec(const C& send, const C& owner, mode m) : front(send, owner, m) {}
+  using front::owner;
+  using front::sender;
+  using front::get_mode;
 
   // Sizes `st` for gradients of n elements on rank `rank` of `world` (once, outside the step).
   status make_state(std::size_t n, std::uint32_t world, std::uint32_t rank, state& st) const {
-    if (status s = f_.check_geometry(n, world, rank); !s) return s;
+    if (status s = this->f_.check_geometry(n, world, rank); !s) return s;
     state s;
     s.size = n;
     s.world = world;
@@ -79,18 +76,13 @@ class codec {
     return {};
   }
 
-  result<phase> describe(std::size_t k, const state& st) const {
-    if (status s = check_state(st); !s) return s;
-    return f_.describe(k, st.size, st.world);
-  }
-
   // Phase 0: grad (n values) into W slots (out: describe(0).send_bytes()). Phase 1: the
   // reduced shard kept by receive(0) into one slot (grad unused).
   template <gradient_element T>
   status encode(std::size_t k, std::span<const T> grad, state& st, std::span<std::byte> out) const {
-    if (status s = check_state(st); !s) return s;
+    if (status s = this->check_state(st); !s) return s;
     cpu::detail::sharded_executor ex;
-    return f_.template encode<T>(ex, k, grad, st, out);
+    return this->f_.template encode<T>(ex, k, grad, st, out);
   }
 
   // receive(0): in = the W slots of this rank's shard (slot r from rank r); out = the reduced
@@ -99,21 +91,10 @@ class codec {
   // anything is written: on error `out` is untouched and the stage does not advance.
   template <gradient_element T>
   status receive(std::size_t k, state& st, std::span<const std::byte> in, std::span<T> out) const {
-    if (status s = check_state(st); !s) return s;
+    if (status s = this->check_state(st); !s) return s;
     cpu::detail::sharded_executor ex;
-    return f_.template receive<T>(ex, k, st, in, out);
+    return this->f_.template receive<T>(ex, k, st, in, out);
   }
-
- private:
-  status check_state(const state& st) const {
-    if (status s = validate(); !s) return s;
-    if (st.world == 0 || st.rank >= st.world || st.send.size() != st.world ||
-        st.sum.size() != summable::shard_of(st.size, st.world, st.rank).count)
-      return {errc::size_mismatch, "sharded state not sized by this codec's make_state"};
-    return {};
-  }
-
-  detail::flow<C> f_;
 };
 
 }  // namespace gradcomp::sharded

@@ -26,14 +26,20 @@ than a per-step gradient, and it tolerates coarse codecs.
   (``"topk", density=0.02, error_feedback=True, feedback_scale=0.95``: e = 0.95 e + d; send
   top-k of e; e -= sent) and the outer step without momentum (``outer_lr=1,
   outer_momentum=0``): the decayed residual takes the outer momentum's place.
+* **Any torch optimizer as the outer step**, as torchft's DiLoCo takes one:
+  ``outer_optimizer=lambda params: torch.optim.SGD(params, lr=0.7, momentum=0.9, nesterov=True)``
+  is made over the anchors (one fp32 tensor per fragment); at a fragment's apply its anchor's
+  ``.grad`` is the mean pseudo-gradient and the optimizer steps (SGD with lr 1 and no momentum
+  is plain averaging, bit for bit as the built-in rule).
 
 Paths (``path=``): ``"summable"``, the casts ``fp32``, ``bf16``, ``fp16`` all-reduced (SUM);
 ``"gather"``, any codec's frames all-gathered and every rank's decoded in rank order;
 ``"sharded"``, any codec by all-to-all and all-gather (:class:`gradcomp.Sharded`, with error
 feedback on the owner too); ``"auto"`` (default): summable for casts, sharded otherwise. Every
 rank decodes the same bytes in the same order, so the replicas' fragments are bit-identical
-after every sync (``mix=0``). The pseudo-gradient and the outer step are the C++ library's
-(``gradcomp::localsteps``), for CPU float32 parameters.
+after every sync (``mix=0``). The pseudo-gradient, the built-in outer step and the mixing are the
+C++ library's (``gradcomp::localsteps``), for CPU float32 parameters; the codec's phases and
+collectives run through the package's one exchange layer.
 
 Errors: a bad option raises ``ValueError`` naming it; a corrupted or foreign payload raises
 :class:`gradcomp.Error` on every rank (a one-word all-reduce after each phase tells every rank)
@@ -43,56 +49,39 @@ and leaves the parameters untouched.
 from __future__ import annotations
 
 import math
-from typing import List, Optional
+from typing import Optional
 
 import torch
 import torch.distributed as dist
 
 from . import _core
-from ._core import Compressor, Sharded, SummableCast, codecs
-from . import _agree
-from ._checkpoint import check_identity, gather_blobs
+from ._checkpoint import check_identity, every_rank
+from ._core import codecs
+from ._exchange import CASTS, Exchange, FlatParams, Replica, TorchTransport, make_codec, make_flow
 
 __all__ = ["LocalSteps"]
 
-_CASTS = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 _PATHS = ("auto", "gather", "sharded", "summable")
 _FORMAT = 1
 
 
-def _align8(n: int) -> int:
-    return (n + 7) & ~7
+class _Fragment(FlatParams):
+    """One fragment: its range of the parameters, anchor, outer momentum, flow (the codec state)
+    and the exchange in flight."""
 
-
-class _Fragment:
-    """One fragment: its slices of the parameters, anchor, outer momentum, codec state and buffers."""
-
-    def __init__(self, offset: int, count: int):
-        self.offset, self.count = offset, count
-        self.slices = []  # (parameter, first element in it, elements, position in the fragment)
-        self.anchor = torch.zeros(count)
-        self.momentum: Optional[torch.Tensor] = None
+    def __init__(self, params, offset: int, count: int, momentum: bool, flow):
+        super().__init__(params, offset, count)
+        self.anchor = self.read()
+        self.momentum = torch.zeros(count) if momentum else None
         self.delta = torch.zeros(count)  # the pseudo-gradient being sent
         self.mean = torch.zeros(count)   # the received mean
-        self.state = None
-        self.job = None                  # the exchange in flight (a generator of collective works)
-        self.work = None                 # its collective in flight
-        self.pending = False             # the mean arrived, the apply is due
+        self.flow = flow
+        self.job = None                  # the exchange in flight
+        self.pending = False             # an exchange started: its mean's apply is due
         self.syncs = 0
 
-    def read(self) -> torch.Tensor:
-        out = torch.empty(self.count)
-        for p, first, n, at in self.slices:
-            out[at:at + n].copy_(p.detach().view(-1)[first:first + n])
-        return out
 
-    def write(self, values: torch.Tensor) -> None:
-        with torch.no_grad():
-            for p, first, n, at in self.slices:
-                p.view(-1)[first:first + n].copy_(values[at:at + n])
-
-
-class LocalSteps:
+class LocalSteps(Replica):
     """Synchronises replicas every ``period`` inner steps through a gradcomp codec.
 
     Args:
@@ -105,9 +94,14 @@ class LocalSteps:
         fragments (int): parameter fragments on a staggered schedule (1 to period).
         overlap (int): inner steps between a fragment's send and its apply (0 to period - 1).
         mix (float): weight of the local fragment at the apply, in [0, 1).
-        outer_lr (float): the outer learning rate (default 1).
-        outer_momentum (float): the outer momentum, in [0, 1) (0: none; default 0.5).
-        nesterov (bool): Nesterov's form of the outer momentum.
+        outer_lr (float): the built-in outer step's learning rate (default 1).
+        outer_momentum (float): its momentum, in [0, 1) (0: none; default 0.5).
+        nesterov (bool): Nesterov's form of the momentum (default True).
+        outer_optimizer (callable, optional): instead of the built-in outer step, a function that
+            makes a ``torch.optim`` optimizer of the anchors (one float32 tensor per fragment),
+            e.g. ``lambda params: torch.optim.SGD(params, lr=0.7, momentum=0.9, nesterov=True)``;
+            at each apply the fragment's anchor gets the mean pseudo-gradient as its ``.grad``
+            and the optimizer steps (the made optimizer: :attr:`outer_optimizer`).
         process_group (ProcessGroup, optional): the replicas (default: the world).
         **options: the codec's options (``error_feedback``, ``feedback_scale``, ``density``,
             ``group``, ...), as for :class:`gradcomp.Compressor`; ``error_feedback`` alone for
@@ -115,89 +109,60 @@ class LocalSteps:
 
     Raises:
         ValueError: an option out of its domain (named in the message), an unknown codec or path,
-            parameters that are not float32 CPU tensors.
+            parameters that are not float32 CPU tensors, ``outer_optimizer`` with any of
+            ``outer_lr``, ``outer_momentum``, ``nesterov``, or one that makes no optimizer.
     """
 
     def __init__(self, model, codec: str = "int4", path: str = "auto", period: int = 50, fragments: int = 1,
-                 overlap: int = 0, mix: float = 0.0, outer_lr: float = 1.0, outer_momentum: float = 0.5,
-                 nesterov: bool = True, process_group: Optional[dist.ProcessGroup] = None, **options) -> None:
+                 overlap: int = 0, mix: float = 0.0, outer_lr: Optional[float] = None,
+                 outer_momentum: Optional[float] = None, nesterov: Optional[bool] = None, outer_optimizer=None,
+                 process_group: Optional[dist.ProcessGroup] = None, **options) -> None:
         params = [p for p in (model.parameters() if isinstance(model, torch.nn.Module) else model) if p.requires_grad]
+        if outer_optimizer is not None and not (outer_lr is None and outer_momentum is None and nesterov is None):
+            raise ValueError("gradcomp.localsteps: outer_optimizer replaces the built-in outer step: pass it or "
+                             "outer_lr / outer_momentum / nesterov, not both")
+        if outer_optimizer is not None and not callable(outer_optimizer):
+            raise ValueError("gradcomp.localsteps: outer_optimizer must be a function of the anchors (e.g. lambda params: "
+                             f"torch.optim.SGD(params, lr=0.7)), not a {type(outer_optimizer).__name__}")
+        outer_lr = 1.0 if outer_lr is None else outer_lr
+        outer_momentum = (0.5 if outer_optimizer is None else 0.0) if outer_momentum is None else outer_momentum
+        nesterov = True if nesterov is None else nesterov
         _check_options(codec, path, period, fragments, overlap, mix, outer_lr, outer_momentum, params, options)
         _core._localsteps_check(period, fragments, overlap, mix, outer_lr, outer_momentum, nesterov)
         self.codec, self.period, self.fragments, self.overlap, self.mix = codec, period, fragments, overlap, mix
         self.outer_lr, self.outer_momentum, self.nesterov = outer_lr, outer_momentum, nesterov
-        self.path = ("summable" if codec in _CASTS else "sharded") if path == "auto" else path
+        self.path = ("summable" if codec in CASTS else "sharded") if path == "auto" else path
         self.options = dict(options)
         self.process_group = process_group
-        distributed = dist.is_available() and dist.is_initialized()
-        self._world = dist.get_world_size(process_group) if distributed else 1
-        self._rank = dist.get_rank(process_group) if distributed else 0
+        self._ex = Exchange(TorchTransport(process_group), "gradcomp.localsteps")
+        self._world, self._rank = self._ex.transport.world, self._ex.transport.rank
         self.params = params
-        if distributed:
-            src = dist.get_global_rank(process_group, 0) if process_group is not None else 0
-            with torch.no_grad():
-                for p in params:
-                    dist.broadcast(p.data, src, group=process_group)
-        self._make_codec()
+        self._ex.transport.broadcast(params)
+        self._codec = make_codec(codec, self.path, self.options)
         self.n = sum(p.numel() for p in params)
-        self._frags = [self._fragment(f) for f in range(fragments)]
+        self._frags = [_Fragment(params, *_core._localsteps_fragment(self.n, fragments, f),
+                                 outer_optimizer is None and outer_momentum > 0, self._flow(f))
+                       for f in range(fragments)]
+        self._make_outer = outer_optimizer
+        self.outer_optimizer = None  # the torch optimizer made by outer_optimizer, if any
+        if outer_optimizer is not None:
+            self.outer_optimizer = outer_optimizer([fr.anchor for fr in self._frags])
+            if not isinstance(self.outer_optimizer, torch.optim.Optimizer):
+                raise ValueError("gradcomp.localsteps: outer_optimizer must be a function of the anchors that returns a "
+                                 f"torch.optim.Optimizer, not one that returns {type(self.outer_optimizer).__name__}")
         self.steps = 0        # inner steps taken
-        self.bytes_sent = 0   # bytes this rank handed to the collectives
-        self.wire_bytes = 0   # bytes this rank puts on the wire (ring model: all-reduce 2 (W - 1) / W)
         self.syncs = 0        # fragment syncs applied
 
     def __repr__(self) -> str:
         opts = "".join(f", {k}={v!r}" for k, v in sorted(self.options.items()))
+        outer = (f"outer_optimizer={type(self.outer_optimizer).__name__}" if self.outer_optimizer is not None else
+                 f"outer_lr={self.outer_lr}, outer_momentum={self.outer_momentum}, nesterov={self.nesterov}")
         return (f"gradcomp.localsteps.LocalSteps({self.codec!r}, path={self.path!r}, period={self.period}, "
-                f"fragments={self.fragments}, overlap={self.overlap}, mix={self.mix}, outer_lr={self.outer_lr}, "
-                f"outer_momentum={self.outer_momentum}, nesterov={self.nesterov}{opts})")
+                f"fragments={self.fragments}, overlap={self.overlap}, mix={self.mix}, {outer}{opts})")
 
-    # --- set-up
-
-    def _make_codec(self) -> None:
-        if self.path == "summable":
-            self._codec = SummableCast(self.codec, feedback=bool(self.options.get("error_feedback", True)))
-        elif self.path == "gather":
-            self._codec = Compressor(self.codec, **self.options)
-        else:
-            self._codec = Sharded(self.codec, "all_reduce", **self.options)
-
-    def _fragment(self, f: int) -> _Fragment:
-        offset, count = _core._localsteps_fragment(sum(p.numel() for p in self.params), self.fragments, f)
-        fr = _Fragment(offset, count)
-        at = 0
-        for p in self.params:  # the fragment's slices of the flat parameter vector
-            lo, hi = max(offset, at), min(offset + count, at + p.numel())
-            if lo < hi:
-                fr.slices.append((p, lo - at, hi - lo, lo - offset))
-            at += p.numel()
-        fr.anchor = fr.read()
-        if self.outer_momentum > 0:
-            fr.momentum = torch.zeros(count)
-        w, r, c = self._world, self._rank, self._codec
-        if self.path == "summable":
-            fr.state = c.make_state(count, w, r)
-            d = c.describe(0, fr.state)
-            fr.buf = torch.zeros(d["count"], dtype=_CASTS[self.codec])
-        elif self.path == "gather":
-            fr.state = c.make_state(count)
-            fr.slot_bytes = _align8(c.max_payload_bytes(count))
-            fr.send = torch.zeros(fr.slot_bytes, dtype=torch.uint8)
-            fr.recv = torch.zeros(w * fr.slot_bytes, dtype=torch.uint8)
-        else:
-            fr.state = c.make_state(count, w, r)
-            d0, d1 = c.describe(0, fr.state), c.describe(1, fr.state)
-            fr.send0, fr.recv0 = torch.zeros(d0["send_bytes"], dtype=torch.uint8), torch.zeros(d0["receive_bytes"], dtype=torch.uint8)
-            fr.send1, fr.recv1 = torch.zeros(d1["send_bytes"], dtype=torch.uint8), torch.zeros(d1["receive_bytes"], dtype=torch.uint8)
-        return fr
-
-    def world(self) -> int:
-        """The number of replicas (the process group's size)."""
-        return self._world
-
-    def rank(self) -> int:
-        """This replica's rank in the process group."""
-        return self._rank
+    def _flow(self, f: int):
+        count = _core._localsteps_fragment(self.n, self.fragments, f)[1]
+        return make_flow(self._codec, self.path, count, self._world, self._rank)
 
     # --- the schedule
 
@@ -212,8 +177,7 @@ class LocalSteps:
                 self._advance(fr)
         for f, fr in enumerate(self._frags):
             if due[f][0]:
-                fr.job = self._exchange(fr)
-                self._advance(fr)
+                self._send(f, fr)
             if due[f][1]:
                 self._complete(fr)
                 self._apply(fr, self.mix)
@@ -227,92 +191,43 @@ class LocalSteps:
                 fr.write(fr.anchor)
                 continue
             if fr.job is None and not fr.pending:
-                fr.job = self._exchange(fr)
+                self._send(f, fr)
             self._complete(fr)
             self._apply(fr, 0.0)
 
-    # --- one exchange
+    # --- one exchange (the exchange layer runs the codec's phases and collectives)
+
+    def _send(self, f: int, fr: _Fragment) -> None:
+        """Starts the fragment's exchange: its pseudo-gradient in, the mean into ``fr.mean``."""
+        _core._localsteps_pseudo_gradient(fr.anchor, fr.read(), self._world, fr.delta)
+        fr.job, fr.pending = self._ex.start(fr.flow, fr.delta, fr.mean, key=f), True
+        self._advance(fr)
 
     def _advance(self, fr: _Fragment) -> None:
-        """Waits for the exchange's collective in flight and runs the exchange to its next one (or
-        to its end)."""
-        if fr.work is not None:
-            fr.work.wait()
-            fr.work = None
-        try:
-            fr.work = next(fr.job)
-        except StopIteration:
+        if fr.job.advance():
             fr.job = None
 
     def _complete(self, fr: _Fragment) -> None:
         while fr.job is not None:
             self._advance(fr)
 
-    def _exchange(self, fr: _Fragment):
-        """A generator: each ``next`` waits for the previous collective, runs the codec's next step
-        and starts the next collective; the last one leaves the mean in ``fr.mean``."""
-        w, pg, c, st = self._world, self.process_group, self._codec, fr.state
-        _core._localsteps_pseudo_gradient(fr.anchor, fr.read(), w, fr.delta)
-        if self.path == "summable":
-            c.encode(0, fr.delta, st, fr.buf)
-            yield self._collective(dist.all_reduce, fr.buf, 2 * (w - 1) * fr.buf.numel() * fr.buf.element_size() // w)
-            self._checked(lambda: c.receive(0, st, fr.buf, fr.mean))
-            c.finish_step(st)
-        elif self.path == "gather":
-            fr.send.zero_()
-            c.compress(fr.delta, st, fr.send)
-            yield self._collective(dist.all_gather_into_tensor, (fr.recv, fr.send), (w - 1) * fr.slot_bytes)
-
-            def decode():
-                fr.mean.zero_()
-                c.accumulate_gathered(fr.recv, fr.mean, fr.slot_bytes)
-
-            self._checked(decode)
-        else:
-            c.encode(0, fr.delta, st, fr.send0)
-            yield self._collective(dist.all_to_all_single, (fr.recv0, fr.send0), (w - 1) * fr.send0.numel() // w)
-            self._checked(lambda: c.receive(0, st, fr.recv0))
-            c.encode(1, None, st, fr.send1)
-            yield self._collective(dist.all_gather_into_tensor, (fr.recv1, fr.send1), (w - 1) * fr.send1.numel())
-            self._checked(lambda: c.receive(1, st, fr.recv1, fr.mean))
-        fr.pending = True
-
-    def _collective(self, fn, tensors, wire: int):
-        """Starts a collective (the exchange yields it; _advance waits for it before going on)."""
-        args = tensors if isinstance(tensors, tuple) else (tensors,)
-        self.bytes_sent += args[-1].numel() * args[-1].element_size()
-        self.wire_bytes += wire
-        return fn(*args, group=self.process_group, async_op=True) if self._world > 1 else None
-
-    def _checked(self, decode) -> None:
-        """Runs a decode; every rank raises gradcomp.Error when any rank's failed (_agree.checked)."""
-        self.wire_bytes += _agree.checked(decode, self._world, self.process_group, "gradcomp.localsteps")
-
     def _apply(self, fr: _Fragment, mix: float) -> None:
         local = fr.read()
-        _core._localsteps_apply(fr.mean, fr.anchor, fr.momentum, local, self.outer_lr, self.outer_momentum, self.nesterov, mix)
+        if self.outer_optimizer is None:
+            _core._localsteps_apply(fr.mean, fr.anchor, fr.momentum, local, self.outer_lr, self.outer_momentum,
+                                    self.nesterov, mix)
+        else:
+            fr.anchor.grad = fr.mean
+            self.outer_optimizer.step()
+            fr.anchor.grad = None
+            fr.mean.zero_()  # consumed: the apply below by a zero mean leaves the anchor and only mixes
+            _core._localsteps_apply(fr.mean, fr.anchor, None, local, 1.0, 0.0, False, mix)
         fr.write(local)
         fr.pending = False
         fr.syncs += 1
         self.syncs += 1
 
     # --- checkpoints
-
-    def _codec_blob(self, fr: _Fragment) -> bytes:
-        if self.path == "summable":
-            return fr.state.residual.numpy().tobytes() if fr.state.residual is not None else b""
-        if self.path == "gather":
-            return fr.state.checkpoint()
-        return self._codec.checkpoint(fr.state)
-
-    def _load_codec_blob(self, fr: _Fragment, blob: bytes) -> None:
-        if self.path == "summable":
-            if fr.state.residual is not None:
-                fr.state.residual.copy_(torch.frombuffer(bytearray(blob), dtype=torch.float32))
-        elif self.path == "gather":
-            fr.state.restore(blob)
-        else:
-            self._codec.load_checkpoint(fr.state, blob)
 
     def state_dict(self) -> dict:
         """The synchroniser's state for a checkpoint (a collective: every rank calls it).
@@ -323,71 +238,53 @@ class LocalSteps:
         Returns:
             dict: ``format``, ``identity`` (codec, path and options), ``world_size``, ``steps``,
             ``bytes_sent``, ``wire_bytes``, ``syncs``, ``fragments`` (per fragment: ``anchor``,
-            ``momentum``, ``mean`` and ``pending``, ``syncs``) and ``codec_states`` (fragment index
-            -> every rank's codec state bytes, as uint8 tensors).
+            ``momentum``, ``mean`` and ``pending``, ``syncs``), ``outer_optimizer`` (the outer
+            optimizer's ``state_dict()``, None for the built-in step) and ``codec_states``
+            (fragment index -> every rank's codec state bytes, as uint8 tensors).
         """
         for fr in self._frags:
             self._complete(fr)
         frags = [{"anchor": fr.anchor.clone(), "momentum": None if fr.momentum is None else fr.momentum.clone(),
                   "mean": fr.mean.clone(), "pending": fr.pending, "syncs": fr.syncs} for fr in self._frags]
-        blobs = {str(f): self._codec_blob(fr) for f, fr in enumerate(self._frags)}
-        if self._world > 1:
-            states = gather_blobs(blobs, self.process_group, ragged=True)
-        else:
-            states = {k: [torch.frombuffer(bytearray(v), dtype=torch.uint8)] for k, v in blobs.items()}
+        states = every_rank({str(f): fr.flow.checkpoint() for f, fr in enumerate(self._frags)}, self._world,
+                            self.process_group)
+        outer = None if self.outer_optimizer is None else self.outer_optimizer.state_dict()
         return {"format": _FORMAT, "identity": self._identity(), "world_size": self._world, "steps": self.steps,
                 "bytes_sent": self.bytes_sent, "wire_bytes": self.wire_bytes, "syncs": self.syncs, "fragments": frags,
-                "codec_states": states}
+                "outer_optimizer": outer, "codec_states": states}
 
     def load_state_dict(self, state_dict: dict) -> None:
         """Restores :meth:`state_dict`. At the saved world size the run continues bit for bit. At
-        another the anchors and outer momenta (the same on every rank) are restored exactly, and what
-        the codecs' error feedback owed is kept as a sum: the sharded path by the library's elastic
-        restore, the gather and summable paths by giving new rank r the sum of the saved residuals of
-        ranks r, r + W, r + 2W, ... (W the new world size).
+        another the anchors, the outer momenta or optimizer (the same on every rank) are restored
+        exactly, and what the codecs' error feedback owed is kept: the sharded path by the
+        library's elastic restore, the gather and summable paths by giving every new rank the same
+        share of the saved residuals' sum (gradcomp._checkpoint's rule).
 
         Raises:
-            ValueError: another format, codec, path, options or fragment layout.
+            ValueError: another format, codec, path, options, outer step or fragment layout.
             gradcomp.Error: a corrupted codec state (``checksum_mismatch``, ...); nothing changes then.
         """
         sd = state_dict
         check_identity(sd, _FORMAT, self._identity(), "gradcomp.localsteps")
-        frags = sd["fragments"]
-        if len(frags) != len(self._frags) or any(s["anchor"].numel() != fr.count for s, fr in zip(frags, self._frags)):
+        saved = sd["fragments"]
+        if len(saved) != len(self._frags) or any(s["anchor"].numel() != fr.n for s, fr in zip(saved, self._frags)):
             raise ValueError("gradcomp.localsteps: checkpoint of another fragment layout")
-        fresh = [self._fragment(f) for f in range(self.fragments)]  # restored into new states: all or nothing
-        saved_world = sd["world_size"]
-        for f, (s, fr) in enumerate(zip(frags, fresh)):
-            rows = [bytes(t.numpy().tobytes()) for t in sd["codec_states"][str(f)]]
-            if saved_world == self._world:
-                self._load_codec_blob(fr, rows[self._rank])
-            else:
-                self._restore_elastic(fr, rows)
+        if (sd.get("outer_optimizer") is None) != (self.outer_optimizer is None):
+            raise ValueError("gradcomp.localsteps: checkpoint of another outer step (built-in or outer_optimizer)")
+        flows = [self._flow(f) for f in range(self.fragments)]  # restored into new states: all or nothing
+        for f, flow in enumerate(flows):
+            flow.restore_rows([bytes(t.numpy().tobytes()) for t in sd["codec_states"][str(f)]])
+        if self.outer_optimizer is not None:
+            self.outer_optimizer.load_state_dict(sd["outer_optimizer"])
+        for s, fr, flow in zip(saved, self._frags, flows):
+            fr.flow, fr.job = flow, None
             fr.anchor.copy_(s["anchor"])
             if fr.momentum is not None:
                 fr.momentum.copy_(s["momentum"])
             fr.mean.copy_(s["mean"])
             fr.pending, fr.syncs = bool(s["pending"]), int(s["syncs"])
-        self._frags = fresh
         self.steps, self.syncs = int(sd["steps"]), int(sd["syncs"])
         self.bytes_sent, self.wire_bytes = int(sd["bytes_sent"]), int(sd["wire_bytes"])
-
-    def _restore_elastic(self, fr: _Fragment, rows: List[bytes]) -> None:
-        if self.path == "sharded":
-            self._codec.restore_elastic(fr.state, rows)
-            return
-        owed = torch.zeros(fr.count)
-        for r in range(self._rank, len(rows), self._world):
-            if self.path == "summable":
-                if rows[r]:
-                    owed += torch.frombuffer(bytearray(rows[r]), dtype=torch.float32)
-            else:
-                scratch = self._codec.make_state(fr.count)
-                scratch.restore(rows[r])
-                owed += torch.as_tensor(scratch.residual) if scratch.residual is not None else 0
-        residual = fr.state.residual
-        if residual is not None:
-            torch.as_tensor(residual).copy_(owed)
 
     def _identity(self) -> str:
         opts = ",".join(f"{k}={v!r}" for k, v in sorted(self.options.items()))
@@ -399,9 +296,9 @@ def _check_options(codec, path, period, fragments, overlap, mix, outer_lr, outer
         raise ValueError(f"gradcomp.localsteps: codec {codec!r} is not one of gradcomp.codecs(): {sorted(codecs())}")
     if path not in _PATHS:
         raise ValueError(f"gradcomp.localsteps: path must be one of {_PATHS}, not {path!r}")
-    if path == "summable" and codec not in _CASTS:
-        raise ValueError(f"gradcomp.localsteps: path 'summable' takes a cast ({sorted(_CASTS)}), not {codec!r}")
-    if (path == "summable" or (path == "auto" and codec in _CASTS)) and set(options) - {"error_feedback"}:
+    if path == "summable" and codec not in CASTS:
+        raise ValueError(f"gradcomp.localsteps: path 'summable' takes a cast ({sorted(CASTS)}), not {codec!r}")
+    if (path == "summable" or (path == "auto" and codec in CASTS)) and set(options) - {"error_feedback"}:
         raise ValueError(f"gradcomp.localsteps: a summable cast takes only error_feedback, not {sorted(set(options) - {'error_feedback'})}")
     for name, value in (("period", period), ("fragments", fragments), ("overlap", overlap)):
         if not isinstance(value, int) or isinstance(value, bool):

@@ -154,6 +154,12 @@ std::span<float> float_span(const A& a, const char* what) {
   check_cpu_contiguous(a, what);
   return floats_of(a, what);
 }
+// The bytes of a contiguous CPU array of any element type.
+template <class A>
+std::span<std::byte> raw_view(const A& a, const char* what) {
+  check_cpu_contiguous(a, what);
+  return {static_cast<std::byte*>(const_cast<void*>(a.data())), a.size() * a.itemsize()};
+}
 
 // The device states a codec made (TAGC, sharded), for its check(): each latches its steps'
 // errors into its own error word; check() reads and clears every word. CPU states raise at once
@@ -195,6 +201,7 @@ struct device_checks {
 inline nb::ndarray<nb::numpy, float, nb::ndim<1>> numpy_view(float_block b) {
   return nb::ndarray<nb::numpy, float, nb::ndim<1>>(b.data, {b.size}, nb::handle());
 }
+inline nb::ndarray<nb::numpy, float, nb::ndim<1>> float_view(std::vector<float>& v) { return numpy_view({v.data(), v.size()}); }
 // A state's array without a copy: a NumPy view of host memory, a torch tensor of device memory.
 inline nb::object float_array(float_block b) {
   if (b.device < 0) return nb::cast(numpy_view(b), nb::rv_policy::reference);

@@ -3,12 +3,13 @@
 // template `codec_impl<C>` per policy composition, built by name from a registry (the codec
 // table, codecs.hpp, compiled in registry_*.cpp) with options from a Python dict. A codec is
 // the CPU's codec_backend (backend.hpp) over CPU states (cpu_codec_state); make_device gives
-// its GPU kernels (device.hpp), make_sharded its sharded path (sharded.hpp; the registry files
-// include both definitions).
+// its GPU kernels (device.hpp), make_sharded its sharded path (sharded.hpp), make_localsteps
+// local steps over it (localsteps.hpp; the registry files include the three definitions).
 
 #include <gradcomp/core/bits.hpp>
 #include <gradcomp/core/options.hpp>
 #include <gradcomp/gradcomp.hpp>
+#include <gradcomp/localsteps/config.hpp>
 #include <gradcomp/sharded.hpp>
 #include <gradcomp/transformer/acctfm.hpp>
 #include <gradcomp/transformer/planner.hpp>
@@ -36,7 +37,8 @@ namespace gradcomp_py {
 using option_value = std::variant<bool, long long, double, std::string>;
 using options = std::map<std::string, option_value>;
 
-class device_context;  // device.hpp
+class localsteps_flow;  // localsteps.hpp
+class device_context;   // device.hpp
 
 // A Compressor's state on the CPU; also a device state's host copy (its checkpoints).
 class cpu_codec_state final : public codec_state {
@@ -83,6 +85,10 @@ class codec : public codec_backend {
                                                   int repeats) const = 0;
   // This compressor as sharded::codec<C> in mode m (defined in sharded.hpp).
   virtual std::unique_ptr<sharded_codec> make_sharded(gc::sharded::mode m) const = 0;
+  // Local steps over this compressor on the sharded path (all-reduce) or the gather path
+  // (defined in localsteps.hpp).
+  virtual std::unique_ptr<localsteps_flow> make_localsteps(bool sharded, const gc::localsteps::config& c,
+                                                           const std::string& identity) const = 0;
   // Its GPU kernels (reporting into ctx), or null where the composition has none or the build
   // has no CUDA (device.hpp).
   virtual std::unique_ptr<codec_backend> make_device(std::shared_ptr<device_context> ctx) const = 0;
@@ -238,6 +244,8 @@ class codec_impl final : public codec {
     return *w;
   }
   std::unique_ptr<sharded_codec> make_sharded(gc::sharded::mode m) const override;
+  std::unique_ptr<localsteps_flow> make_localsteps(bool sharded, const gc::localsteps::config& c,
+                                                   const std::string& identity) const override;
   std::unique_ptr<codec_backend> make_device(std::shared_ptr<device_context> ctx) const override;
 
  private:

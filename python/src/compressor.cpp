@@ -23,7 +23,7 @@ namespace gradcomp_py {
 
 namespace {
 
-struct state_box {
+struct codec_state_box {
   std::unique_ptr<codec_state> st;  // on the CPU or a CUDA device
 };
 
@@ -49,7 +49,7 @@ struct codec_box {
   }
 };
 
-void check_state_device(const state_box& st, int device) {
+void check_state_device(const codec_state_box& st, int device) {
   if (st.st->device() != device)
     throw nb::value_error(("state: made for " + device_name(st.st->device()) + ", the arrays are on " + device_name(device) +
                            " (Compressor.make_state(n, device=...))")
@@ -71,31 +71,31 @@ void decode_into(codec_box& c, const in_array& payload, const out_array& out, bo
 }  // namespace
 
 void bind_state(nb::module_& m) {
-  nb::class_<state_box>(m, "State",
+  nb::class_<codec_state_box>(m, "State",
       "One buffer's state for a :class:`Compressor`: step, error-feedback residual, thresholds.\n\n"
       "Made by :meth:`Compressor.make_state` for a buffer of a fixed size; pass it to every "
       ":meth:`Compressor.compress` of that buffer. Its arrays live in C++ and are exposed as NumPy views "
       "(``torch.from_dlpack(state.residual)`` shares them too).")
-      .def_prop_ro("size", [](const state_box& s) { return s.st->size(); }, "Elements of the buffer the state serves.")
-      .def_prop_ro("device", [](const state_box& s) { return device_name(s.st->device()); },
+      .def_prop_ro("size", [](const codec_state_box& s) { return s.st->size(); }, "Elements of the buffer the state serves.")
+      .def_prop_ro("device", [](const codec_state_box& s) { return device_name(s.st->device()); },
                    "Where the state lives: ``\"cpu\"`` or ``\"cuda:N\"`` (the device of the tensors it serves).")
-      .def_prop_rw("step", [](state_box& s) { return s.st->step(stream_of(s.st->device())); },
-                   [](state_box& s, std::uint64_t v) { s.st->set_step(v, stream_of(s.st->device())); },
+      .def_prop_rw("step", [](codec_state_box& s) { return s.st->step(stream_of(s.st->device())); },
+                   [](codec_state_box& s, std::uint64_t v) { s.st->set_step(v, stream_of(s.st->device())); },
                    "Gradient buffers compressed with this state (settable; on a CUDA device, reading or setting it waits for the "
                    "device).")
-      .def_prop_ro("residual", [](state_box& s) { return float_array(s.st->residual()); }, nb::keep_alive<0, 1>(),
+      .def_prop_ro("residual", [](codec_state_box& s) { return float_array(s.st->residual()); }, nb::keep_alive<0, 1>(),
          "The error-feedback residual of ``size`` elements (empty without error feedback), without a copy: a float32 "
          "NumPy view for a CPU state, a CUDA tensor on the state's device for a device state.")
-      .def_prop_ro("thresholds", [](state_box& s) { return numpy_view(s.st->thresholds()); }, nb::rv_policy::reference_internal,
+      .def_prop_ro("thresholds", [](codec_state_box& s) { return numpy_view(s.st->thresholds()); }, nb::rv_policy::reference_internal,
                    "Threshold codecs: each chunk's last selection threshold (0: none yet), a float32 NumPy view; empty "
                    "for other codecs.")
-      .def("checkpoint", [](state_box& s) {
+      .def("checkpoint", [](codec_state_box& s) {
         const std::vector<std::byte> b = s.st->checkpoint(stream_of(s.st->device()));
         return nb::bytes(b.data(), b.size());
       }, "The state as a self-checking byte image.\n\n"
          "Returns:\n"
          "    bytes: residual, momentum, thresholds and step, with the codec's identifier and a CRC32C.")
-      .def("restore", [](state_box& s, nb::bytes b) {
+      .def("restore", [](codec_state_box& s, nb::bytes b) {
         s.st->load_checkpoint({static_cast<const std::byte*>(b.data()), b.size()}, stream_of(s.st->device()));
       }, nb::arg("data"),
          "Restores :meth:`checkpoint` bytes into this state.\n\n"
@@ -104,7 +104,7 @@ void bind_state(nb::module_& m) {
          "Raises:\n"
          "    gradcomp.Error: corrupted bytes (``checksum_mismatch``, ``truncated``, ...), another codec\n"
          "        (``codec_mismatch``) or another size; the state is unchanged then.")
-      .def("__repr__", [](const state_box& s) {
+      .def("__repr__", [](const codec_state_box& s) {
         codec_state& x = *s.st;
         // A device state's step would wait for the device.
         return "gradcomp.State(codec='" + x.codec + "', size=" + std::to_string(x.size()) +
@@ -157,7 +157,7 @@ void bind_compressor(nb::module_& m) {
         auto host = std::make_unique<cpu_codec_state>(c.impl->host_state(n), c.impl->codec_id(), c.name);
         const int where = device.is_none() ? -1 : parse_device(device);
         const codec_backend& k = c.on(where);
-        return state_box{k.make_state(std::move(host), placement(where))};
+        return codec_state_box{k.make_state(std::move(host), placement(where))};
       }, nb::arg("n"), nb::arg("device") = nb::none(),
          nb::sig("def make_state(self, n: int, device: torch.device | str | int | None = None) -> State"),
          "A fresh state for a buffer of ``n`` elements.\n\n"
@@ -170,7 +170,7 @@ void bind_compressor(nb::module_& m) {
          "Raises:\n"
          "    gradcomp.Error: a CUDA device with a codec that has no CUDA kernels (``invalid_argument``) or a\n"
          "        build without CUDA (``device_error``).")
-      .def("compress", [](codec_box& c, in_array grad, state_box& st, out_array out) {
+      .def("compress", [](codec_box& c, in_array grad, codec_state_box& st, out_array out) {
         const int device = call_device("compress", grad, out);
         check_state_device(st, device);
         check_contiguous(grad, "grad");
@@ -306,7 +306,7 @@ void bind_compressor(nb::module_& m) {
          "    add (bool): add instead of overwriting (default False).\n\n"
          "Raises:\n"
          "    gradcomp.Error: the codec is not a summable cast.")
-      .def("compress_many", [](codec_box& c, std::vector<in_array> grads, std::vector<state_box*> states, out_array out,
+      .def("compress_many", [](codec_box& c, std::vector<in_array> grads, std::vector<codec_state_box*> states, out_array out,
                                std::vector<std::size_t> offsets) {
         if (grads.size() != states.size() || grads.size() != offsets.size())
           throw nb::value_error("compress_many: one state and one offset per gradient");

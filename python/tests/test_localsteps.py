@@ -223,3 +223,135 @@ def test_bad_options_raise_a_value_error_naming_them(kwargs, name):
         LocalSteps(_net(), **kwargs)
     with pytest.raises(ValueError, match="float32"):
         LocalSteps(_net().double(), "int8")
+
+
+def _trained(rank, steps, *args, **kwargs):
+    # 9 inner steps of SGD with a LocalSteps made with these arguments: the parameters.
+    net = _net()
+    sync = LocalSteps(net, *args, **kwargs)
+    opt = torch.optim.SGD(net.parameters(), lr=0.05)
+    for step in range(steps):
+        _inner_step(net, opt, rank, step)
+        sync.step()
+    return _flat(net)
+
+
+def _outer_optimizers(rank, world):
+    # The same run with the built-in outer step and with a torch optimizer over the anchors.
+    out = {}
+    for codec, path, kw in (("fp32", "summable", {}), ("int8", "sharded", {"fragments": 2, "overlap": 1})):
+        plain = _trained(rank, 9, codec, path=path, period=2, outer_lr=1.0, outer_momentum=0.0, **kw)
+        sgd = _trained(rank, 9, codec, path=path, period=2, outer_optimizer=lambda ps: torch.optim.SGD(ps, lr=1.0), **kw)
+        out[f"sgd:{codec}"] = torch.equal(plain.view(torch.int32), sgd.view(torch.int32))
+        ref = _trained(rank, 9, codec, path=path, period=2, outer_lr=0.7, outer_momentum=0.9, nesterov=True, **kw)
+        nesterov = _trained(rank, 9, codec, path=path, period=2, outer_optimizer=lambda ps: torch.optim.SGD(
+            ps, lr=0.7, momentum=0.9, nesterov=True), **kw)
+        out[f"nesterov:{codec}"] = float((ref - nesterov).abs().max())
+    return out
+
+
+def test_a_torch_outer_optimizer_equals_the_built_in_rule():
+    got = dist_util.run(2, _outer_optimizers)
+    assert got["sgd:fp32"] and got["sgd:int8"]  # SGD, lr 1, no momentum: plain averaging, bit for bit
+    assert got["nesterov:fp32"] <= 1e-6 and got["nesterov:int8"] <= 1e-6, got  # to rounding
+
+
+def _adam_outer(rank, world, directory):
+    # Adam as the outer optimizer: the replicas stay identical and the loss falls; a state_dict
+    # taken mid-run (an exchange in flight, Adam's moments) resumes bit for bit.
+    def make():
+        net = _net()
+        sync = LocalSteps(net, "int4", path="gather", period=3, overlap=1, error_feedback=True,
+                          outer_optimizer=lambda ps: torch.optim.Adam(ps, lr=0.02))
+        return net, sync, torch.optim.SGD(net.parameters(), lr=0.05)
+
+    def loss(net, step, rank):
+        x = torch.randn(64 if step < 0 else 8, 16, generator=torch.Generator().manual_seed(1000 * step + rank))
+        return (net(x) - torch.sin(x[:, :4])).square().mean()
+
+    def train(net, sync, opt, steps, same):
+        for step in steps:
+            opt.zero_grad()
+            loss(net, step, rank).backward()
+            opt.step()
+            before = sync.syncs
+            sync.step()
+            if step == 14:  # an exchange in flight
+                torch.save({"model": net.state_dict(), "sync": sync.state_dict()}, f"{directory}/{rank}.pt")
+            if sync.syncs > before:
+                same.append(dist_util.all_same(_flat(net)))
+        sync.finish()
+        return _flat(net)
+
+    net, sync, opt = make()
+    first, same = loss(net, -1, 0).item(), []
+    whole = train(net, sync, opt, range(30), same)
+    learns = loss(net, -1, 0).item() < 0.7 * first
+    net2, sync2, opt2 = make()
+    sd = torch.load(f"{directory}/{rank}.pt", weights_only=False)
+    net2.load_state_dict(sd["model"])  # after the synchroniser, which broadcasts rank 0's parameters
+    sync2.load_state_dict(sd["sync"])
+    resumed = torch.equal(whole.view(torch.int32), train(net2, sync2, opt2, range(15, 30), []).view(torch.int32))
+    return all(same) and len(same) == 9 and dist_util.all_same(whole), learns, resumed, sync.wire_bytes == sync2.wire_bytes
+
+
+def test_adam_as_the_outer_optimizer_trains_identical_replicas_and_resumes(tmp_path):
+    got = dist_util.run(2, _adam_outer, str(tmp_path))
+    assert got == (True, True, True, True), got
+
+
+def test_bad_outer_optimizer_combinations_raise():
+    sgd = lambda ps: torch.optim.SGD(ps, lr=1.0)  # noqa: E731
+    for kw in ({"outer_lr": 0.7}, {"outer_momentum": 0.0}, {"nesterov": False}):
+        with pytest.raises(ValueError, match="outer_optimizer"):
+            LocalSteps(_net(), "fp32", outer_optimizer=sgd, **kw)
+    with pytest.raises(ValueError, match="outer_optimizer"):
+        LocalSteps(_net(), "fp32", outer_optimizer=lambda ps: ps)
+    with pytest.raises(ValueError, match="outer_optimizer"):
+        LocalSteps(_net(), "fp32", outer_optimizer=torch.optim.SGD(_net().parameters(), lr=1.0))
+    with pytest.raises(ValueError, match="outer step"):
+        LocalSteps(_net(), "fp32", period=2, outer_optimizer=sgd).load_state_dict(LocalSteps(_net(), "fp32", period=2).state_dict())
+    sync = LocalSteps(_net(), "fp32", period=2, outer_optimizer=sgd)
+    assert "outer_optimizer=SGD" in repr(sync) and isinstance(sync.outer_optimizer, torch.optim.SGD)
+
+
+def _cast_checkpoints(rank, world, sd):
+    # The summable path with error feedback (bf16): a state_dict resumed at the same world size
+    # bit for bit; with `sd` (saved at another world size) restored, what the residuals owe
+    # summed over the new ranks against the saved ranks' sum.
+    def make(net):
+        return LocalSteps(net, "bf16", period=2, outer_momentum=0.0, error_feedback=True)
+
+    if sd is not None:
+        sync = make(_net())
+        sync.load_state_dict(sd)
+        mine = torch.as_tensor(sync._frags[0].flow.residual()).double()
+        total = mine.clone()
+        dist.all_reduce(total)
+        saved = sum(torch.frombuffer(bytearray(t.numpy().tobytes()), dtype=torch.float32).double()
+                    for t in sd["codec_states"]["0"])
+        return float((total - saved).abs().max()), float(saved.abs().max()), dist_util.all_same(mine)
+    net = _net()
+    sync, opt = make(net), torch.optim.SGD(net.parameters(), lr=0.05)
+    for step in range(5):
+        _inner_step(net, opt, rank, step)
+        sync.step()
+    mid, model = sync.state_dict(), {k: v.clone() for k, v in net.state_dict().items()}
+    for step in range(5, 9):
+        _inner_step(net, opt, rank, step)
+        sync.step()
+    net2 = _net()
+    sync2, opt2 = make(net2), torch.optim.SGD(net2.parameters(), lr=0.05)
+    net2.load_state_dict(model)  # after the synchroniser, which broadcasts rank 0's parameters
+    sync2.load_state_dict(mid)
+    for step in range(5, 9):
+        _inner_step(net2, opt2, rank, step)
+        sync2.step()
+    return torch.equal(_flat(net).view(torch.int32), _flat(net2).view(torch.int32)), mid
+
+
+def test_the_summable_path_resumes_and_restores_at_another_world_size():
+    resumed, sd = dist_util.run(3, _cast_checkpoints, None)
+    assert resumed
+    diff, scale, same = dist_util.run(2, _cast_checkpoints, sd)
+    assert scale > 0 and diff <= 1e-6 * scale and same  # the total owed kept, the same share on every rank

@@ -303,7 +303,7 @@ def _demo(rank, world, steps):
         agree = (moved.sign() == mean.sign()) | (mean.abs() < 1e-3 * mean.abs().max())
         results.append(float(agree.double().mean()))
         results.append(float(dist_util.all_same(p.detach())))
-    return results, opt.wire_bytes, fl.slot
+    return results, opt.wire_bytes, fl.flow.slot
 
 
 @pytest.mark.parametrize("world", [2, 3, 4])

@@ -7,7 +7,7 @@
 
 #include "support.cuh"
 
-#include <gradcomp/localsteps/synchroniser.hpp>
+#include <gradcomp/localsteps.hpp>
 #include <gradcomp/sharded.hpp>
 
 #include <cstring>
@@ -24,13 +24,12 @@ using bytes = std::vector<std::byte>;
 using int4_ef = gc::compressor<gc::partition::chunks, gc::sparsify::dense, gc::quantize::int_block<4>, gc::feedback::residual>;
 
 // What rank `to` receives of a sharded phase: all-to-all slots, or every rank's slot.
-bytes delivered(const sh::phase& p, const std::vector<bytes>& sent, std::uint32_t to) {
+bytes delivered(const ls::exchange& x, const std::vector<bytes>& sent, std::uint32_t to) {
   const std::size_t w = sent.size();
-  bytes in(p.receive_bytes());
-  for (std::size_t from = 0; from < w; ++from) {
-    const std::size_t at = p.op == sh::collective::all_to_all ? to * p.slot_bytes : 0;
-    std::memcpy(in.data() + from * p.slot_bytes, sent[from].data() + at, p.slot_bytes);
-  }
+  const bool to_all = x.op == ls::collective::all_to_all;
+  const std::size_t slot = to_all ? x.send_bytes / w : x.send_bytes;
+  bytes in(x.receive_bytes);
+  for (std::size_t from = 0; from < w; ++from) std::memcpy(in.data() + from * slot, sent[from].data() + (to_all ? to * slot : 0), slot);
   return in;
 }
 
@@ -75,15 +74,15 @@ struct twins {
   // to both. `damage` may change rank 1's received bytes of the last phase.
   void exchange(std::size_t f, void (*damage)(bytes&) = nullptr) {
     for (std::size_t k = 0; k < host.phase_count(); ++k) {
-      const sh::phase p = *dev.describe(f, k, ds[0]);
-      std::vector<bytes> sent(world, bytes(p.send_bytes()));
+      const ls::exchange p = *dev.describe(f, k, ds[0]);
+      std::vector<bytes> sent(world, bytes(p.send_bytes));
       for (std::uint32_t r = 0; r < world; ++r) {
         const std::span<const float> hp = k == 0 ? std::span<const float>(params[r]) : std::span<const float>{};
         REQUIRE(host.encode(f, k, hp, hs[r], sent[r]).ok());
-        device_bytes out(p.send_bytes());
+        device_bytes out(p.send_bytes);
         const std::span<const float> dp = k == 0 ? std::span<const float>(device_params(r)) : std::span<const float>{};
         REQUIRE(dev.encode(ex(r), f, k, dp, ds[r], out.span()).ok());
-        CHECK(download<std::byte>(out, p.send_bytes()) == sent[r]);
+        CHECK(download<std::byte>(out, p.send_bytes) == sent[r]);
       }
       const bool last = k + 1 == host.phase_count();
       for (std::uint32_t r = 0; r < world; ++r) {

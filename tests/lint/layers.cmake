@@ -1,12 +1,12 @@
 # The layers: the backend-neutral folders (core/, engine/, sharded/, tagc/, summable/, sketch/,
 # the policies, transformer/, localsteps/, transform/) include no header of a backend (cpu/ or
 # cuda/) at all. The CPU public API headers at the top (compressor.hpp, gather.hpp, sharded.hpp,
-# tagc.hpp) run a flow on the CPU
+# tagc.hpp, localsteps.hpp) run a flow on the CPU
 # and reach the backend only through its executors (allowed below); every other cpu/ header is
 # an internal of the backend. The CUDA backend's own headers are .cuh.
 # Run as: cmake -DROOT=<source dir> -P layers.cmake
 cmake_policy(SET CMP0057 NEW)
-set(_executors executor.hpp tagc.hpp sharded.hpp)
+set(_executors executor.hpp tagc.hpp sharded.hpp localsteps.hpp)
 file(GLOB_RECURSE _files "${ROOT}/include/gradcomp/*.hpp")
 set(_found "")
 foreach(_file IN LISTS _files)

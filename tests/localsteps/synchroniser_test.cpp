@@ -1,4 +1,4 @@
-// Local steps (localsteps/synchroniser.hpp) on W simulated ranks over every aggregation path:
+// Local steps (gradcomp/localsteps.hpp) on W simulated ranks over every aggregation path:
 // the schedule covers every parameter once per period; H = 1, outer lr 1, no momentum and fp32
 // equal data-parallel SGD; replicas bit-identical after every sync; the outer step against a
 // plain reference; error-feedback conservation exact on dyadic values; bad input refused with
@@ -6,7 +6,7 @@
 #include <gradcomp/gather.hpp>
 #include <gradcomp/gradcomp.hpp>
 #include <gradcomp/localsteps/checkpoint.hpp>
-#include <gradcomp/localsteps/synchroniser.hpp>
+#include <gradcomp/localsteps.hpp>
 
 #include <doctest/doctest.h>
 
@@ -330,4 +330,189 @@ TEST_CASE("local steps: a checkpoint resumes byte for byte, and a damaged one is
   SUBCASE("sharded") { check_path(sharded::codec<int4_ef>(int4_ef{}, sharded::mode::all_reduce)); }
   SUBCASE("gather") { check_path(gather::codec<int4_ef>(int4_ef{})); }
   SUBCASE("summable") { check_path(summable::cast<quantize::none>()); }
+}
+
+TEST_CASE("local steps: bf16 parameters sync as their fp32 values do, and are written rounded") {
+  // Every rank's bf16 parameters and the fp32 run whose parameters are those values widened:
+  // the same bytes on the wire, the same anchors, and bf16 parameters = the fp32 ones rounded.
+  const std::uint32_t world = 3;
+  const std::size_t n = 777;
+  const ls::config c{.period = 2, .fragments = 2, .outer_lr = 0.7f, .momentum = 0.9f};
+  const ls::synchroniser sync(c, sharded::codec<int4_ef>(int4_ef{}, sharded::mode::all_reduce));
+  using state_type = decltype(sync)::state_type;
+  std::vector<std::vector<bf16_t>> half(world);
+  std::vector<std::vector<float>> wide(world);
+  std::vector<state_type> sh(world), sw(world);
+  const std::vector<float> init = test::heavy_tailed(n, 3, 1.0f);
+  for (std::uint32_t r = 0; r < world; ++r) {
+    for (const float v : init) half[r].push_back(bf16_t::from_float(v));
+    for (const bf16_t v : half[r]) wide[r].push_back(v.to_float());
+    REQUIRE(sync.make_state(std::span<const bf16_t>(half[r]), world, r, sh[r]));
+    REQUIRE(sync.make_state(std::span<const float>(wide[r]), world, r, sw[r]));
+  }
+  for (std::uint32_t step = 1; step <= 8; ++step) {
+    for (std::uint32_t r = 0; r < world; ++r) {  // an inner step, the same values on both sides
+      const std::vector<float> g = test::heavy_tailed(n, step * 7 + r, 0.1f);
+      for (std::size_t j = 0; j < n; ++j) {
+        half[r][j] = bf16_t::from_float(half[r][j].to_float() - g[j]);
+        wide[r][j] = half[r][j].to_float();
+      }
+      sync.advance(sh[r]);
+      sync.advance(sw[r]);
+    }
+    for (std::size_t f = 0; f < c.fragments; ++f) {
+      if (!sync.sends(sh[0], f)) continue;
+      for (std::size_t k = 0; k < sync.phase_count(); ++k) {
+        const ls::exchange x = *sync.describe(f, k, sh[0]);
+        std::vector<bytes> from_half(world, bytes(x.send_bytes)), from_wide(world, bytes(x.send_bytes));
+        for (std::uint32_t r = 0; r < world; ++r) {
+          const bool first = k == 0;
+          REQUIRE(sync.encode(f, k, first ? std::span<const bf16_t>(half[r]) : std::span<const bf16_t>{}, sh[r], from_half[r]));
+          REQUIRE(sync.encode(f, k, first ? std::span<const float>(wide[r]) : std::span<const float>{}, sw[r], from_wide[r]));
+          CHECK(from_half[r] == from_wide[r]);
+        }
+        const std::vector<bytes> got = transport(x, from_wide);
+        for (std::uint32_t r = 0; r < world; ++r) {
+          REQUIRE(sync.receive(f, k, sh[r], got[r]));
+          REQUIRE(sync.receive(f, k, sw[r], got[r]));
+        }
+      }
+      for (std::uint32_t r = 0; r < world; ++r) {
+        REQUIRE(sync.apply(f, sh[r], std::span<bf16_t>(half[r])));
+        REQUIRE(sync.apply(f, sw[r], std::span<float>(wide[r])));
+        CHECK(sh[r].fragments[f].anchor == sw[r].fragments[f].anchor);
+        const chunk_range at = sync.fragment(sh[r], f);
+        for (std::size_t j = at.offset; j < at.offset + at.count; ++j) {
+          CHECK(half[r][j] == bf16_t::from_float(wide[r][j]));
+          wide[r][j] = half[r][j].to_float();  // the inner steps go on from the bf16 values
+        }
+      }
+      const chunk_range at = sync.fragment(sh[0], f);  // the synced fragment: the same on every replica
+      for (std::uint32_t r = 1; r < world; ++r)
+        CHECK(std::memcmp(half[r].data() + at.offset, half[0].data() + at.offset, 2 * at.count) == 0);
+    }
+  }
+  CHECK(sh[0].fragments[0].syncs == 4);
+}
+
+TEST_CASE("local steps: a fragment's own values and a caller's outer step give the same sync") {
+  // Three replicas call encode_fragment / apply_fragment on copies of their fragments, three
+  // others encode / apply on whole vectors, three more run their own outer step (anchor -= mean,
+  // then the parameters take the anchor) and mark_applied: all nine end on the same bytes.
+  const std::uint32_t world = 3;
+  const std::vector<float> init = test::heavy_tailed(500, 8, 1.0f);
+  const ls::config c{.period = 2, .fragments = 2, .outer_lr = 1.0f, .momentum = 0.0f};
+  const ls::synchroniser sync(c, sharded::codec<int4_ef>(int4_ef{}, sharded::mode::all_reduce));
+  using state_type = decltype(sync)::state_type;
+  std::vector<std::vector<float>> whole(world, init), parts(world, init), own(world, init);
+  std::vector<state_type> sw(world), sp(world), so(world);
+  for (std::uint32_t r = 0; r < world; ++r) {
+    for (float& v : whole[r]) v += 0.01f * static_cast<float>(r + 1);
+    parts[r] = own[r] = whole[r];
+    REQUIRE(sync.make_state(init, world, r, sw[r]));
+    REQUIRE(sync.make_state(init, world, r, sp[r]));
+    REQUIRE(sync.make_state(init, world, r, so[r]));
+  }
+  for (std::size_t f = 0; f < c.fragments; ++f) {
+    const chunk_range at = sync.fragment(sw[0], f);
+    for (std::size_t k = 0; k < sync.phase_count(); ++k) {
+      const ls::exchange x = *sync.describe(f, k, sw[0]);
+      std::vector<bytes> a(world, bytes(x.send_bytes)), b(world, bytes(x.send_bytes)), o(world, bytes(x.send_bytes));
+      for (std::uint32_t r = 0; r < world; ++r) {
+        const std::span<const float> all = k == 0 ? std::span<const float>(whole[r]) : std::span<const float>{};
+        const std::span<const float> mine = k == 0 ? std::span<const float>(parts[r]).subspan(at.offset, at.count) : std::span<const float>{};
+        REQUIRE(sync.encode(f, k, all, sw[r], a[r]));
+        REQUIRE(sync.encode_fragment(f, k, mine, sp[r], b[r]));
+        REQUIRE(sync.encode_fragment(f, k, mine, so[r], o[r]));
+        CHECK(a[r] == b[r]);
+      }
+      const std::vector<bytes> got = transport(x, a);
+      for (std::uint32_t r = 0; r < world; ++r) {
+        REQUIRE(sync.receive(f, k, sw[r], got[r]));
+        REQUIRE(sync.receive(f, k, sp[r], got[r]));
+        REQUIRE(sync.receive(f, k, so[r], got[r]));
+      }
+    }
+    for (std::uint32_t r = 0; r < world; ++r) {
+      REQUIRE(sync.apply(f, sw[r], whole[r]));
+      std::vector<float> mine(parts[r].begin() + static_cast<std::ptrdiff_t>(at.offset),
+                              parts[r].begin() + static_cast<std::ptrdiff_t>(at.offset + at.count));
+      REQUIRE(sync.apply_fragment(f, sp[r], std::span<float>(mine)));
+      std::copy(mine.begin(), mine.end(), parts[r].begin() + static_cast<std::ptrdiff_t>(at.offset));
+      auto& fs = so[r].fragments[f];  // the caller's outer step: plain averaging
+      for (std::size_t j = 0; j < at.count; ++j) {
+        fs.anchor[j] -= fs.values[j];
+        own[r][at.offset + j] = fs.anchor[j];
+      }
+      REQUIRE(sync.mark_applied(f, so[r]));
+      CHECK(sync.mark_applied(f, so[r]).code() == errc::invalid_argument);  // once per sync
+    }
+    CHECK(sync.apply_fragment(f, sp[0], std::span<float>(parts[0]).first(1)).code() == errc::invalid_argument);
+  }
+  for (std::uint32_t r = 0; r < world; ++r) {
+    CHECK(whole[r] == whole[0]);
+    CHECK(parts[r] == whole[0]);
+    CHECK(own[r] == whole[0]);
+  }
+}
+
+TEST_CASE("local steps: a checkpoint restores at another world size, keeping what error feedback owes") {
+  // 4 ranks saved, restored into 3 and into 6: the anchors, momenta and step carry over, the
+  // residuals' sum over the ranks is kept, and the new replicas train on identically.
+  const std::vector<float> init = test::heavy_tailed(901, 6, 1.0f);
+  const ls::config c{.period = 3, .fragments = 2, .overlap = 1};
+  const auto owed_sum = [](const auto& reps, std::size_t f) {
+    std::vector<double> sum;
+    for (const auto& s : reps.st) {
+      const auto& path = s.fragments[f].path;
+      std::vector<float> r;
+      if constexpr (requires { path.send; }) {  // sharded: the senders' residuals, shard by shard, and the owner's
+        for (const auto& x : path.send) r.insert(r.end(), x.residual.begin(), x.residual.end());
+      } else if constexpr (requires { path.compressor; }) {
+        r = path.compressor.residual;
+      } else {
+        r = path.residual;
+      }
+      sum.resize(std::max(sum.size(), r.size()), 0.0);
+      for (std::size_t j = 0; j < r.size(); ++j) sum[j] += r[j];
+    }
+    return sum;
+  };
+  const auto check_path = [&](auto path, bool sharded_path) {
+    replicas a(c, path, init, 4);
+    a.train(6, 0.01f);  // every fragment synced and applied: the replicas agree
+    std::vector<std::vector<std::byte>> images;
+    for (const auto& s : a.st) images.push_back(*ls::save_checkpoint(a.sync, s));
+    const std::vector<std::span<const std::byte>> views(images.begin(), images.end());
+    for (const std::uint32_t world : {3u, 6u}) {
+      replicas b(c, path, init, world);
+      for (std::uint32_t r = 0; r < world; ++r) {
+        REQUIRE(ls::restore_elastic(b.sync, views, b.st[r]));
+        b.params[r] = a.params[0];
+        CHECK(b.st[r].step == a.st[0].step);
+        for (std::size_t f = 0; f < c.fragments; ++f) CHECK(b.st[r].fragments[f].anchor == a.st[0].fragments[f].anchor);
+      }
+      if (!sharded_path)  // (the sharded path's own rule re-slices the shards: sharded/checkpoint.hpp's tests)
+        for (std::size_t f = 0; f < c.fragments; ++f) {
+          const auto before = owed_sum(a, f), after = owed_sum(b, f);
+          REQUIRE(before.size() == after.size());
+          for (std::size_t j = 0; j < before.size(); ++j) CHECK(after[j] == doctest::Approx(before[j]).epsilon(1e-6));
+        }
+      b.train(6, 0.01f);
+      CHECK(b.differing == 0);
+    }
+    // A damaged image is refused with the state unchanged.
+    replicas fresh(c, path, init, 2);
+    std::vector<std::byte> bad = images[2];
+    bad[bad.size() / 3] ^= std::byte{1};
+    std::vector<std::span<const std::byte>> damaged = views;
+    damaged[2] = bad;
+    const auto before = fresh.st[1].fragments[0].anchor;
+    CHECK(ls::restore_elastic(fresh.sync, damaged, fresh.st[1]).code() == errc::checksum_mismatch);
+    CHECK(fresh.st[1].fragments[0].anchor == before);
+    CHECK(fresh.st[1].step == 0);
+  };
+  SUBCASE("sharded") { check_path(sharded::codec<int4_ef>(int4_ef{}, sharded::mode::all_reduce), true); }
+  SUBCASE("gather") { check_path(gather::codec<int4_ef>(int4_ef{}), false); }
+  SUBCASE("summable") { check_path(summable::cast<quantize::none>(), false); }
 }

@@ -1,6 +1,7 @@
 #pragma once
 // The CPU executor of the sharded path's flow (sharded/flow.hpp): the state in host memory
-// (sharded/state.hpp), the compressor's own calls for every slot, data errors returned at once.
+// (sharded/state.hpp), each slot compressed and decoded by the compress flow (engine/flow.hpp)
+// over the CPU's executor, data errors returned at once.
 
 #include <algorithm>
 #include <cstddef>
@@ -9,9 +10,10 @@
 #include <type_traits>
 #include <vector>
 
-#include "../compressor.hpp"
+#include "../engine/flow.hpp"
 #include "../sharded/flow.hpp"
 #include "../sharded/state.hpp"
+#include "executor.hpp"
 
 namespace gradcomp::cpu::detail {
 
@@ -34,7 +36,8 @@ struct sharded_executor {
       gradcomp::state& s = shard < st.world ? st.send[shard] : st.owner;
       s.step = st.step;  // the frames carry the sharded step
       s.workspace.swap(st.workspace);
-      const result<std::size_t> w = c.template compress<T>(values, s, slot.subspan(sharded::slot_head_bytes));
+      executor ex;
+      const result<std::size_t> w = engine::detail::compress<T>(c, ex, values, s, slot.subspan(sharded::slot_head_bytes));
       s.workspace.swap(st.workspace);
       if (!w) return w.error();
       used = *w;
@@ -51,7 +54,8 @@ struct sharded_executor {
     const result<std::span<const std::byte>> frames = read_slot(slot, sender, st.rank, count, st.step);
     if (!frames) return frames.error();
     if (frames->empty()) return {};
-    return c.template accumulate<float>(*frames, std::span<float>(st.sum));
+    executor ex;
+    return engine::detail::decode<float>(c, ex, *frames, std::span<float>(st.sum), true);
   }
 
   template <class T>
@@ -72,7 +76,9 @@ struct sharded_executor {
   status check_slot(const C& c, std::span<const std::byte> slot, std::uint32_t owner, std::size_t count, const sharded::state& st) const {
     const result<std::span<const std::byte>> frames = read_slot(slot, owner, owner, count, st.step);
     if (!frames) return frames.error();
-    return frames->empty() ? status{} : c.check(*frames, count);
+    if (frames->empty()) return {};
+    executor ex;
+    return engine::detail::check(c, ex, *frames, count);
   }
 
   template <class T, class C>
@@ -80,7 +86,9 @@ struct sharded_executor {
                      std::span<T> out) const {
     const result<std::span<const std::byte>> frames = read_slot(slot, owner, owner, count, st.step);
     if (!frames) return frames.error();  // (checked by check_slot: not reached)
-    return frames->empty() ? status{} : c.template decompress<T>(*frames, out);
+    if (frames->empty()) return {};
+    executor ex;
+    return engine::detail::decode<T>(c, ex, *frames, out, false);
   }
 
   status finish_gather(const sharded::state&) const { return {}; }

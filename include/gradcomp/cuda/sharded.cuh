@@ -27,6 +27,7 @@
 #include <vector>
 
 #include "../sharded/flow.hpp"
+#include "../sharded/front.hpp"
 #include "compressor.cuh"
 
 namespace gradcomp::cuda::sharded {
@@ -47,6 +48,9 @@ struct device_state {
   std::vector<cuda::device_state> send;   // W: this rank's compressor state per destination shard
   cuda::device_state owner{};             // all-reduce: the re-encoding of its reduced shard
 };
+
+// What only make_state sets (sharded::detail::front's state check).
+inline bool made(const device_state& st) { return st.step != nullptr; }
 
 namespace detail {
 
@@ -254,18 +258,16 @@ class sharded_executor {
 // The sharded path on the GPU. Spans hold device pointers; `executor` is the stream and the
 // caller's device workspace (workspace_bytes<T>, 256-byte aligned).
 template <class C>
-class codec {
- public:
-  static constexpr gradcomp::summable::aggregation aggregation_kind = gradcomp::summable::aggregation::sharded;
-  using state = device_state;
+class codec : public gradcomp::sharded::detail::front<C> {
+  using front = gradcomp::sharded::detail::front<C>;
 
-  explicit codec(const C& c, mode m = mode::reduce_scatter) : f_(c, c, m) {}
-  codec(const C& send, const C& owner, mode m) : f_(send, owner, m) {}
-  const C& sender() const { return f_.sender(); }
-  const C& owner() const { return f_.owner(); }
-  mode get_mode() const { return f_.get_mode(); }
-  status validate() const { return f_.validate(); }
-  std::size_t phase_count() const { return f_.phase_count(); }
+ public:
+  using state = device_state;
+  explicit codec(const C& c, mode m = mode::reduce_scatter) : front(c, m) {}
+  codec(const C& send, const C& owner, mode m) : front(send, owner, m) {}
+  using front::get_mode;
+  using front::owner;
+  using front::sender;
 
   // Device bytes of a rank's state: the step and report, each shard's compressor state, the
   // owner's, the fp32 sum.
@@ -285,7 +287,7 @@ class codec {
   // Carves `memory` (device, state_bytes, 256-byte aligned) into a zeroed state (synchronous).
   status make_state(std::span<std::byte> memory, std::size_t n, std::uint32_t world, std::uint32_t rank, state& st,
                     cudaStream_t stream = nullptr) const {
-    if (status s = f_.check_geometry(n, world, rank); !s) return s;
+    if (status s = this->f_.check_geometry(n, world, rank); !s) return s;
     if (memory.size() < state_bytes(n, world, rank)) return {errc::buffer_too_small, "state memory smaller than state_bytes()"};
     if (!cuda::detail::aligned(memory.data(), 256)) return {errc::invalid_argument, "state memory not 256-byte aligned"};
     state s;
@@ -319,23 +321,18 @@ class codec {
     return {};
   }
 
-  result<phase> describe(std::size_t k, const state& st) const {
-    if (status s = check_state(st); !s) return s;
-    return f_.describe(k, st.size, st.world);
-  }
-
   template <gradient_element T>
   status encode(const executor& ex, std::size_t k, std::span<const T> grad, state& st, std::span<std::byte> out) const {
     if (status s = check_call<T>(ex, st); !s) return s;
     detail::sharded_executor d(ex, st.world);
-    return f_.template encode<T>(d, k, grad, st, out);
+    return this->f_.template encode<T>(d, k, grad, st, out);
   }
 
   template <gradient_element T>
   status receive(const executor& ex, std::size_t k, state& st, std::span<const std::byte> in, std::span<T> out) const {
     if (status s = check_call<T>(ex, st); !s) return s;
     detail::sharded_executor d(ex, st.world);
-    return f_.template receive<T>(d, k, st, in, out);
+    return this->f_.template receive<T>(d, k, st, in, out);
   }
 
   // The last receive's report, copied to the host (synchronous).
@@ -348,21 +345,13 @@ class codec {
   }
 
  private:
-  status check_state(const state& st) const {
-    if (status s = validate(); !s) return s;
-    if (st.world == 0 || st.rank >= st.world || st.send.size() != st.world || st.step == nullptr)
-      return {errc::size_mismatch, "sharded device state not made by this codec's make_state"};
-    return {};
-  }
   template <class T>
   status check_call(const executor& ex, const state& st) const {
-    if (status s = check_state(st); !s) return s;
+    if (status s = this->check_state(st); !s) return s;
     if (ex.workspace.size() < workspace_bytes<T>(st.size, st.world)) return {errc::buffer_too_small, "workspace smaller than workspace_bytes()"};
     if (!cuda::detail::aligned(ex.workspace.data(), 256)) return {errc::invalid_argument, "workspace not 256-byte aligned"};
     return {};
   }
-
-  gradcomp::sharded::detail::flow<C> f_;
 };
 
 }  // namespace gradcomp::cuda::sharded

@@ -12,6 +12,7 @@
 // before it. Path records: a compressor checkpoint (gather path), a sharded checkpoint (sharded
 // path), step u64 | residual count u64 | residual f32 x count (summable casts).
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -25,7 +26,7 @@
 #include "../sharded.hpp"
 #include "../state.hpp"
 #include "../summable/values.hpp"
-#include "synchroniser.hpp"
+#include "../localsteps.hpp"
 
 namespace gradcomp::localsteps {
 
@@ -166,6 +167,66 @@ status load_checkpoint(const synchroniser<Path>& sync, std::span<const std::byte
     fs.phases_done = 0;
   }
   if (at != end) return {errc::size_mismatch, "local-steps checkpoint has trailing bytes"};
+  st = std::move(next);
+  return {};
+}
+
+namespace detail {
+// What the gather and summable paths' error feedback owes, and the step their frames carry.
+inline std::vector<float>& owed(gather::state& st) { return st.compressor.residual; }
+inline std::vector<float>& owed(summable::rank_state& st) { return st.residual; }
+inline void take_step(gather::state& to, const gather::state& from) { to.step = to.compressor.step = from.step; }
+inline void take_step(summable::rank_state& to, const summable::rank_state& from) { to.step = from.step; }
+}  // namespace detail
+
+// Restores the images of every rank of a run (`saved`, in rank order) at another world size
+// into `st`, rank st.rank of st.world (a state from make_state of the same synchroniser and
+// size): the step, anchors, momenta and pending means (the same on every rank) from the first
+// image; what the codec's error feedback owed is kept as a sum over the ranks: the sharded path
+// by sharded::restore_elastic, the gather and summable paths by giving rank r the sum of the
+// saved residuals of ranks r, r + W, r + 2W, ... (W = st.world). Every image is checked as
+// load_checkpoint checks it; on error `st` is left as it was.
+template <class Path>
+status restore_elastic(const synchroniser<Path>& sync, std::span<const std::span<const std::byte>> saved,
+                       typename synchroniser<Path>::state_type& st) {
+  using state_type = typename synchroniser<Path>::state_type;
+  if (saved.empty() || saved.size() > 0xffffffffu) return {errc::invalid_argument, "restore_elastic needs the checkpoints of every saved rank"};
+  const auto old_world = static_cast<std::uint32_t>(saved.size());
+  std::vector<state_type> old(old_world);
+  const std::vector<float> zeros(st.size, 0.0f);
+  for (std::uint32_t r = 0; r < old_world; ++r) {
+    if (status s = sync.make_state(zeros, old_world, r, old[r]); !s) return s;
+    if (status s = load_checkpoint(sync, saved[r], old[r]); !s) return s;
+  }
+  if (st.fragments.size() != old[0].fragments.size()) return {errc::size_mismatch, "local-steps state of another fragment count"};
+  state_type next = st;
+  next.step = old[0].step;
+  for (std::size_t f = 0; f < next.fragments.size(); ++f) {
+    auto& fs = next.fragments[f];
+    const auto& first = old[0].fragments[f];
+    fs.anchor = first.anchor;
+    fs.momentum = first.momentum;
+    fs.values = first.values;
+    fs.pending = first.pending;
+    fs.syncs = first.syncs;
+    fs.phases_done = 0;
+    if constexpr (requires { sync.path().get_mode(); }) {  // the sharded path
+      std::vector<std::vector<std::byte>> records;
+      std::vector<std::span<const std::byte>> views;
+      for (const state_type& o : old) records.push_back(detail::path_record(sync.path(), o.fragments[f].path));
+      for (const auto& rec : records) views.emplace_back(rec);
+      if (status s = sharded::restore_elastic(sync.path(), views, fs.path); !s) return s;
+    } else {
+      detail::take_step(fs.path, first.path);
+      std::vector<float>& mine = detail::owed(fs.path);
+      std::fill(mine.begin(), mine.end(), 0.0f);
+      for (std::uint32_t r = st.rank; r < old_world && !mine.empty(); r += st.world) {
+        const std::vector<float>& theirs = detail::owed(old[r].fragments[f].path);
+        if (theirs.size() != mine.size()) return {errc::size_mismatch, "local-steps checkpoint: a residual of another size"};
+        for (std::size_t j = 0; j < mine.size(); ++j) mine[j] += theirs[j];
+      }
+    }
+  }
   st = std::move(next);
   return {};
 }

@@ -23,4 +23,7 @@ struct state {
   stage at = stage::encode_scatter;
 };
 
+// What only make_state sets (detail::front's state check).
+inline bool made(const state& st) { return st.sum.size() == summable::shard_of(st.size, st.world, st.rank).count; }
+
 }  // namespace gradcomp::sharded

@@ -11,12 +11,9 @@ import time
 import torch
 import torch.distributed as dist
 
+from .._exchange import align8
 from .hook_state import HookState, expect_state
 from .summable_hook import reduce_cast
-
-
-def _align8(n: int) -> int:
-    return (n + 7) & ~7
 
 
 class _Plan:
@@ -58,7 +55,7 @@ class _Plan:
                 e += [at0, s0, at, s1]
                 at0, most = at0 + s0, max(most, s0)
             self.q = q
-            self.small0, self.block0 = at0, _align8(at0 + 4 * self.q)
+            self.small0, self.block0 = at0, align8(at0 + 4 * self.q)
             self.send0 = torch.zeros(world * self.block0, dtype=torch.uint8, device=dev)
             self.recv0 = torch.empty(world * self.block0, dtype=torch.uint8, device=dev)
             self.scratch = torch.empty(world * most, dtype=torch.uint8, device=dev)

@@ -36,23 +36,40 @@ from typing import List
 
 import torch
 from torch.distributed import ReduceOp
-from torch.distributed.distributed_c10d import AllgatherOptions
+from torch.distributed.distributed_c10d import AllgatherOptions, AllreduceOptions
 
 from torchft.process_group import ProcessGroup, ProcessGroupWrapper
 from torchft.work import _DummyWork
 
 from .._core import Compressor, codecs
+from .._exchange import ByteCounts, Exchange, GatherFlow
 
 __all__ = ["CompressedProcessGroup"]
 
 _COMPRESSIBLE = (torch.float32, torch.bfloat16)
 
 
-def _align8(n: int) -> int:
-    return (n + 7) & ~7
+class _Transport:
+    """The exchange layer's collectives on the process group a wrapper wraps (read at each call,
+    as its size: the manager reconfigures it)."""
+
+    def __init__(self, wrapper: ProcessGroupWrapper):
+        self.wrapper = wrapper
+
+    @property
+    def world(self) -> int:
+        return self.wrapper.size()
+
+    def all_gather(self, recv, send):
+        return self.wrapper.parent.allgather([list(recv.view(self.world, -1).unbind(0))], [send], AllgatherOptions())
+
+    def all_reduce(self, t, op="sum"):
+        opts = AllreduceOptions()
+        opts.reduceOp = ReduceOp.MAX if op == "max" else ReduceOp.SUM
+        return self.wrapper.parent.allreduce([t], opts)
 
 
-class CompressedProcessGroup(ProcessGroupWrapper):
+class CompressedProcessGroup(ByteCounts, ProcessGroupWrapper):
     """A torchft process group whose floating-point SUM / AVG all-reduces go through a gradcomp
     codec (the gather path); every other collective is the wrapped group's.
 
@@ -92,7 +109,9 @@ class CompressedProcessGroup(ProcessGroupWrapper):
         self.options = {**options, "error_feedback": False}
         self.codec = Compressor(codec, **self.options)
         self.min_compress_numel = min_compress_numel
-        self.calls = self.bytes_sent = self.raw_bytes = self.wire_bytes = 0
+        # A failed decode raises here; torchft's manager reports it and skips the step.
+        self._ex = Exchange(_Transport(self), "gradcomp.integrations.torchft", agree=False)
+        self.calls = self.raw_bytes = 0
 
     def __repr__(self) -> str:
         return (f"CompressedProcessGroup({self.codec_name!r}, calls={self.calls}, bytes_sent={self.bytes_sent}, "
@@ -115,22 +134,13 @@ class CompressedProcessGroup(ProcessGroupWrapper):
         return _DummyWork(tensors)
 
     def _allreduce_one(self, t: torch.Tensor, average: bool) -> None:
-        world = self.size()
-        flat = t.view(-1)
-        slot = _align8(self.codec.max_payload_bytes(flat.numel(), flat.dtype))
-        send = torch.zeros(slot, dtype=torch.uint8)
-        self.codec.compress(flat, self.codec.make_state(flat.numel()), send)  # stateless: a fresh state
-        recv = torch.empty(world * slot, dtype=torch.uint8)
-        self.parent.allgather([list(recv.view(world, slot).unbind(0))], [send], AllgatherOptions()).wait()
-        # Every replica decodes the same bytes in rank order: the same sum everywhere. A damaged
-        # slot raises gradcomp.Error before anything is written; the manager reports it and
-        # skips the step.
-        total = torch.zeros(flat.numel(), dtype=torch.float32)
-        self.codec.accumulate_gathered(recv, total, slot)
+        # Stateless: a fresh codec state each call. Every replica decodes the same bytes in rank
+        # order: the same sum everywhere.
+        world, flat = self.size(), t.view(-1)
+        total = torch.empty(flat.numel(), dtype=torch.float32)
+        self._ex.run(GatherFlow(self.codec, flat.numel(), world, dtype=flat.dtype), flat, total)
         if average:
             total /= world
         flat.copy_(total)
         self.calls += 1
-        self.bytes_sent += slot
         self.raw_bytes += flat.numel() * 4
-        self.wire_bytes += (world - 1) * slot

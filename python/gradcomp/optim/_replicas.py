@@ -8,41 +8,32 @@ import math
 from typing import List
 
 import torch
-import torch.distributed as dist
 
-from .._checkpoint import gather_blobs
-from .._core import codecs
+from .._checkpoint import check_identity, every_rank
+from .._core import Compressor, Error, Sharded, codecs
+from .._exchange import Exchange, FlatParams, Replica, TorchTransport
 
 FORMAT = 1  # of the optimizers' state_dict
 PATHS = ("sharded", "gather")
 
-def align8(n: int) -> int:
-    return (n + 7) & ~7
 
-
-class Flat:
+class Flat(FlatParams):
     """One parameter group as flat vectors: Adam's moments, the frozen denominator, the local
-    window's state, the codec state and its buffers."""
+    window's state and the flow (the codec state) of the exchange."""
 
-    def __init__(self, params: List[torch.Tensor], local_steps: bool):
-        self.params = params
-        self.sizes = [p.numel() for p in params]
-        self.n = sum(self.sizes)
+    def __init__(self, params: List[torch.Tensor], local_steps: bool, flow):
+        super().__init__(params)
         self.m, self.v, self.denom = torch.zeros(self.n), torch.zeros(self.n), torch.zeros(self.n)
         self.mean = torch.zeros(self.n)                            # the received mean
         self.acc = torch.zeros(self.n)                             # the window's lr-weighted mean momentum
         self.lrsum, self.decay = 0.0, 1.0                          # the window's sum of lr, decoupled decay
         self.anchor = self.read() if local_steps else None        # the parameters at the last exchange
+        self.flow = flow
 
-    def views(self, flat: torch.Tensor):
-        return [t.view_as(p) for t, p in zip(flat.split(self.sizes), self.params)]
-
-    def read(self) -> torch.Tensor:
-        return torch.cat([p.detach().reshape(-1) for p in self.params])
-
-    def grads(self) -> torch.Tensor:
-        # A missing gradient counts as zero: every rank must send the same number of elements.
-        return torch.cat([torch.zeros(p.numel()) if p.grad is None else p.grad.detach().reshape(-1) for p in self.params])
+    @property
+    def state(self):
+        """The codec state."""
+        return self.flow.state
 
 
 def replica_params(params, why: str):
@@ -54,9 +45,10 @@ def replica_params(params, why: str):
     return params.parameters() if isinstance(params, torch.nn.Module) else params
 
 
-def join_replicas(param_groups, process_group):
+def join_replicas(param_groups, process_group) -> Exchange:
     """Checks that every parameter is a whole float32 CPU tensor and that there is one, then
-    broadcasts rank 0's parameters so that the replicas start equal; returns (world, rank)."""
+    broadcasts rank 0's parameters so that the replicas start equal; returns the exchange over
+    the process group."""
     for group in param_groups:
         for p in group["params"]:
             if type(p).__name__ == "DTensor" or type(p.data).__name__ == "DTensor":
@@ -66,23 +58,18 @@ def join_replicas(param_groups, process_group):
                 raise ValueError(f"gradcomp.optim: parameters must be float32 CPU tensors (a {p.dtype} tensor on {p.device})")
     if not any(group["params"] for group in param_groups):
         raise ValueError("gradcomp.optim: no parameters")
-    if not (dist.is_available() and dist.is_initialized()):
-        return 1, 0
-    world, rank = dist.get_world_size(process_group), dist.get_rank(process_group)
-    if world > 1:
-        src = dist.get_global_rank(process_group, 0) if process_group is not None else 0
-        with torch.no_grad():
-            for group in param_groups:
-                for p in group["params"]:
-                    dist.broadcast(p.data, src, group=process_group)
-    return world, rank
+    transport = TorchTransport(process_group)
+    transport.broadcast([p for group in param_groups for p in group["params"]])
+    return Exchange(transport, "gradcomp.optim")
 
 
-def every_rank(blobs: dict, world: int, group) -> dict:
-    """{name: bytes} of this rank -> {name: [uint8 tensor of every rank]} (a collective)."""
-    if world > 1:
-        return gather_blobs(blobs, group, ragged=True)
-    return {k: [torch.frombuffer(bytearray(v), dtype=torch.uint8)] for k, v in blobs.items()}
+def make_codec(codec: str, path: str, options: dict):
+    """The codec of ``path`` (a Sharded in all_reduce mode or a Compressor); an invalid option
+    raises ValueError."""
+    try:
+        return Sharded(codec, "all_reduce", **options) if path == "sharded" else Compressor(codec, **options)
+    except Error as e:  # an unknown option or a value out of its domain
+        raise ValueError(f"gradcomp.optim: codec {codec!r} with {options}: {e}") from None
 
 
 def check_int(name: str, value, least: int) -> None:
@@ -106,7 +93,7 @@ def check(lr, weight_decay, codec, path, betas=(0.0, 0.0), eps=1.0) -> None:
 
 
 
-class ReplicaOptimizer(torch.optim.Optimizer):
+class ReplicaOptimizer(Replica, torch.optim.Optimizer):
     """What the optimizers here share: every rank a full replica whose step the optimizer
     exchanges itself. ``step()`` runs the closure and checks the groups, then ``_step()``."""
 
@@ -129,3 +116,35 @@ class ReplicaOptimizer(torch.optim.Optimizer):
 
     def _step(self) -> None:
         raise NotImplementedError
+
+    # --- what the state dicts share
+
+    def _saved(self, **state) -> dict:
+        """The state dict: ``state`` and what every optimizer here saves (a collective)."""
+        states = every_rank({str(i): fl.flow.checkpoint() for i, fl in enumerate(self._flats)}, self._world,
+                            self.process_group)
+        hyper = [{k: v for k, v in g.items() if k != "params"} for g in self.param_groups]
+        return {"format": FORMAT, "identity": self._identity(), "world_size": self._world, "steps": self.steps,
+                "bytes_sent": self.bytes_sent, "wire_bytes": self.wire_bytes, "param_groups": hyper, **state,
+                "codec_states": states}
+
+    def _restored(self, sd: dict, sizes) -> list:
+        """Checks a state dict of :meth:`_saved` (with ``sizes``, the saved groups' sizes) and
+        returns new groups whose codec states are the saved ones; the caller then restores the
+        rest (all or nothing: a corrupted codec state raises before anything changes)."""
+        check_identity(sd, FORMAT, self._identity(), "gradcomp.optim")
+        if sd["world_size"] != self._world:
+            raise ValueError(f"gradcomp.optim: checkpoint of {sd['world_size']} ranks, this run has {self._world} "
+                             "(another world size is not supported)")
+        if len(sizes) != len(self._flats) or any(n != fl.n for n, fl in zip(sizes, self._flats)):
+            raise ValueError("gradcomp.optim: checkpoint of another parameter layout")
+        fresh = [self._flat(g) for g in self.param_groups]
+        for i, fl in enumerate(fresh):
+            fl.flow.restore(bytes(sd["codec_states"][str(i)][self._rank].numpy().tobytes()))
+        return fresh
+
+    def _commit(self, sd: dict, fresh: list) -> None:
+        for g, h in zip(self.param_groups, sd["param_groups"]):
+            g.update(h)
+        self._flats = fresh
+        self.steps, self.bytes_sent, self.wire_bytes = int(sd["steps"]), int(sd["bytes_sent"]), int(sd["wire_bytes"])

@@ -9,10 +9,8 @@ from typing import Optional
 import torch
 import torch.distributed as dist
 
-from .. import _agree
-from .._checkpoint import check_identity
-from .._core import Compressor, Error, Sharded
-from ._replicas import FORMAT, Flat, align8, check, check_int, every_rank, join_replicas, replica_params, ReplicaOptimizer
+from .._exchange import make_flow
+from ._replicas import Flat, check, check_int, join_replicas, make_codec, replica_params, ReplicaOptimizer
 
 _FULL_STEPS = ("fp32", "bf16")  # the gradient all-reduce of the full (variance-updating) steps
 
@@ -37,33 +35,18 @@ class _CompressedAdam(ReplicaOptimizer):
         self.codec, self.path, self.codec_options = codec, path, dict(codec_options)
         self.process_group = process_group
         self.freeze_step, self.sync_every, self.full_steps = freeze_step, sync_every, full_steps
-        try:
-            self._codec = Sharded(codec, "all_reduce", **codec_options) if path == "sharded" else Compressor(codec, **codec_options)
-        except Error as e:  # an unknown option or a value out of its domain
-            raise ValueError(f"gradcomp.optim: codec {codec!r} with {codec_options}: {e}") from None
-        self._world, self._rank = join_replicas(self.param_groups, process_group)
+        self._codec = make_codec(codec, path, codec_options)
+        self._ex = join_replicas(self.param_groups, process_group)  # bytes_sent, wire_bytes: its counts
+        self._world, self._rank = self._ex.transport.world, self._ex.transport.rank
         self._flats = [self._flat(group) for group in self.param_groups]
         self.steps = 0          # optimizer steps taken
         self.var_updates = 0    # full steps (variance updates)
         self.frozen = False     # the variance frozen for good
-        self.bytes_sent = 0     # bytes this rank handed to the collectives
-        self.wire_bytes = 0     # bytes this rank puts on the wire (ring model: all-reduce 2 (W - 1) / W)
         self.exchanges = 0      # compressed exchanges (per parameter group)
 
     def _flat(self, group) -> Flat:
-        fl = Flat(list(group["params"]), self.sync_every > 1)
-        w, r, c = self._world, self._rank, self._codec
-        if self.path == "sharded":
-            fl.state = c.make_state(fl.n, w, r)
-            d0, d1 = c.describe(0, fl.state), c.describe(1, fl.state)
-            fl.send0, fl.recv0 = torch.zeros(d0["send_bytes"], dtype=torch.uint8), torch.zeros(d0["receive_bytes"], dtype=torch.uint8)
-            fl.send1, fl.recv1 = torch.zeros(d1["send_bytes"], dtype=torch.uint8), torch.zeros(d1["receive_bytes"], dtype=torch.uint8)
-        else:
-            fl.state = c.make_state(fl.n)
-            fl.slot = align8(c.max_payload_bytes(fl.n))
-            fl.send = torch.zeros(fl.slot, dtype=torch.uint8)
-            fl.recv = torch.zeros(w * fl.slot, dtype=torch.uint8)
-        return fl
+        n = sum(p.numel() for p in group["params"])
+        return Flat(group["params"], self.sync_every > 1, make_flow(self._codec, self.path, n, self._world, self._rank))
 
     def __repr__(self) -> str:
         opts = "".join(f", {k}={v!r}" for k, v in sorted(self.codec_options.items()))
@@ -71,14 +54,6 @@ class _CompressedAdam(ReplicaOptimizer):
         return (f"gradcomp.optim.{type(self).__name__}(lr={g['lr']}, betas={g['betas']}, eps={g['eps']}, "
                 f"weight_decay={g['weight_decay']}, {self._schedule()}, codec={self.codec!r}, path={self.path!r}{opts}; "
                 f"step {self.steps}, world {self._world})")
-
-    def world(self) -> int:
-        """The number of replicas (the process group's size)."""
-        return self._world
-
-    def rank(self) -> int:
-        """This replica's rank in the process group."""
-        return self._rank
 
     # --- the schedule (the subclasses')
 
@@ -115,10 +90,10 @@ class _CompressedAdam(ReplicaOptimizer):
         g = fl.grads()
         if self.full_steps == "bf16":  # as torch's bf16 hook: each rank's share cast, summed in bf16
             g16 = g.div_(self._world).to(torch.bfloat16)
-            self._collective(dist.all_reduce, g16, None, 2 * (self._world - 1) * 2 * fl.n // self._world)
+            self._ex.all_reduce(g16)
             g = g16.float()
         else:
-            self._collective(dist.all_reduce, g, None, 2 * (self._world - 1) * 4 * fl.n // self._world)
+            self._ex.all_reduce(g)
             g.div_(self._world)
         bc1, bc2 = 1 - beta1 ** float(t), 1 - beta2 ** float(k)
         step_size, bc2_sqrt = lr / bc1, bc2 ** 0.5
@@ -193,45 +168,9 @@ class _CompressedAdam(ReplicaOptimizer):
 
     def _exchange(self, fl: Flat, x: torch.Tensor) -> None:
         """The codec's all-reduce of x: the sum over the ranks in ``fl.mean``."""
-        w, c, st = self._world, self._codec, fl.state
-        if self.path == "sharded":
-            c.encode(0, x, st, fl.send0)
-            self._collective(dist.all_to_all_single, fl.recv0, fl.send0, (w - 1) * fl.send0.numel() // w)
-            self._checked(lambda: c.receive(0, st, fl.recv0))
-            c.encode(1, None, st, fl.send1)
-            self._collective(dist.all_gather_into_tensor, fl.recv1, fl.send1, (w - 1) * fl.send1.numel())
-            self._checked(lambda: c.receive(1, st, fl.recv1, fl.mean))
-        else:
-            fl.send.zero_()
-            c.compress(x, st, fl.send)
-            self._collective(dist.all_gather_into_tensor, fl.recv, fl.send, (w - 1) * fl.slot)
-
-            def decode():
-                fl.mean.zero_()
-                c.accumulate_gathered(fl.recv, fl.mean, fl.slot)
-
-            self._checked(decode)
-
-    def _collective(self, fn, out: torch.Tensor, inp: Optional[torch.Tensor], wire: int) -> None:
-        sent = out if inp is None else inp
-        self.bytes_sent += sent.numel() * sent.element_size()
-        self.wire_bytes += wire
-        if self._world == 1:
-            if inp is not None:
-                out.copy_(inp)
-        elif inp is None:
-            fn(out, group=self.process_group)
-        else:
-            fn(out, inp, group=self.process_group)
-
-    def _checked(self, decode) -> None:
-        """Runs a decode; every rank raises gradcomp.Error when any rank's failed (_agree.checked)."""
-        self.wire_bytes += _agree.checked(decode, self._world, self.process_group, "gradcomp.optim")
+        self._ex.run(fl.flow, x, fl.mean)
 
     # --- checkpoints
-
-    def _codec_blob(self, fl: Flat) -> bytes:
-        return self._codec.checkpoint(fl.state) if self.path == "sharded" else fl.state.checkpoint()
 
     def state_dict(self) -> dict:
         """The optimizer's state for a checkpoint (a collective: every rank calls it).
@@ -247,13 +186,8 @@ class _CompressedAdam(ReplicaOptimizer):
         groups = [{"m": fl.m.clone(), "v": fl.v.clone(), "denom": fl.denom.clone(),
                    "anchor": None if fl.anchor is None else fl.anchor.clone(), "acc": fl.acc.clone(),
                    "lrsum": fl.lrsum, "decay": fl.decay} for fl in self._flats]
-        states = every_rank({str(i): self._codec_blob(fl) for i, fl in enumerate(self._flats)}, self._world,
-                             self.process_group)
-        hyper = [{k: v for k, v in g.items() if k != "params"} for g in self.param_groups]
-        return {"format": FORMAT, "identity": self._identity(), "world_size": self._world, "steps": self.steps,
-                "var_updates": self.var_updates, "frozen": self.frozen, "schedule": self._schedule_state(),
-                "bytes_sent": self.bytes_sent, "wire_bytes": self.wire_bytes, "exchanges": self.exchanges,
-                "param_groups": hyper, "groups": groups, "codec_states": states}
+        return self._saved(var_updates=self.var_updates, frozen=self.frozen, schedule=self._schedule_state(),
+                           exchanges=self.exchanges, groups=groups)
 
     def load_state_dict(self, state_dict: dict) -> None:
         """Restores :meth:`state_dict` at the saved world size (the run continues bit for bit).
@@ -263,21 +197,8 @@ class _CompressedAdam(ReplicaOptimizer):
             gradcomp.Error: a corrupted codec state (``checksum_mismatch``, ...); nothing changes then.
         """
         sd = state_dict
-        check_identity(sd, FORMAT, self._identity(), "gradcomp.optim")
-        if sd["world_size"] != self._world:
-            raise ValueError(f"gradcomp.optim: checkpoint of {sd['world_size']} ranks, this run has {self._world} "
-                             "(another world size is not supported)")
-        groups = sd["groups"]
-        if len(groups) != len(self._flats) or any(s["m"].numel() != fl.n for s, fl in zip(groups, self._flats)):
-            raise ValueError("gradcomp.optim: checkpoint of another parameter layout")
-        fresh = [self._flat(g) for g in self.param_groups]  # restored into new states: all or nothing
-        for i, fl in enumerate(fresh):
-            row = sd["codec_states"][str(i)][self._rank]
-            blob = bytes(row.numpy().tobytes())
-            if self.path == "sharded":
-                self._codec.load_checkpoint(fl.state, blob)
-            else:
-                fl.state.restore(blob)
+        groups = sd.get("groups", [])
+        fresh = self._restored(sd, [s["m"].numel() for s in groups])
         for s, fl in zip(groups, fresh):
             fl.m.copy_(s["m"])
             fl.v.copy_(s["v"])
@@ -286,12 +207,9 @@ class _CompressedAdam(ReplicaOptimizer):
             if fl.anchor is not None:
                 fl.anchor.copy_(s["anchor"])
             fl.lrsum, fl.decay = float(s["lrsum"]), float(s["decay"])
-        for g, h in zip(self.param_groups, sd["param_groups"]):
-            g.update(h)
-        self._flats = fresh
-        self.steps, self.var_updates, self.frozen = int(sd["steps"]), int(sd["var_updates"]), bool(sd["frozen"])
+        self._commit(sd, fresh)
+        self.var_updates, self.frozen, self.exchanges = int(sd["var_updates"]), bool(sd["frozen"]), int(sd["exchanges"])
         self._load_schedule_state(sd["schedule"])
-        self.bytes_sent, self.wire_bytes, self.exchanges = int(sd["bytes_sent"]), int(sd["wire_bytes"]), int(sd["exchanges"])
 
     def _schedule_state(self) -> dict:
         return {}

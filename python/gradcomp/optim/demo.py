@@ -8,10 +8,8 @@ from typing import Optional
 import torch
 import torch.distributed as dist
 
-from .. import _agree
-from .._checkpoint import check_identity
-from .._core import Compressor, Error
-from ._replicas import FORMAT, Flat, align8, check, every_rank, join_replicas, replica_params, ReplicaOptimizer
+from .._exchange import GatherFlow
+from ._replicas import Flat, check, join_replicas, make_codec, replica_params, ReplicaOptimizer
 
 _DEMO_CODEC = {"cols": 4096, "k_per_row": 32, "dct_block": 64}  # DeMo's 32 of 64 x 64, as rows
 
@@ -67,22 +65,17 @@ class DeMo(ReplicaOptimizer):
         for group in self.param_groups:
             check(group["lr"], group["weight_decay"], codec, "gather")
         self.codec, self.codec_options, self.process_group = codec, options, process_group
-        try:
-            self._codec = Compressor(codec, **options)
-        except Error as e:
-            raise ValueError(f"gradcomp.optim: codec {codec!r} with {options}: {e}") from None
-        self._world, self._rank = join_replicas(self.param_groups, process_group)
+        self._codec = make_codec(codec, "gather", options)
+        self._ex = join_replicas(self.param_groups, process_group)  # bytes_sent, wire_bytes: its counts
+        self._world, self._rank = self._ex.transport.world, self._ex.transport.rank
         self._flats = [self._flat(group) for group in self.param_groups]
-        self.steps, self.bytes_sent, self.wire_bytes = 0, 0, 0
+        self.steps = 0
 
     def _flat(self, group) -> Flat:
-        fl = Flat(list(group["params"]), False)
-        c = self._codec
-        fl.state = c.make_state(fl.n)
-        fl.slot = align8(c.max_payload_bytes(fl.n))
-        fl.send = torch.zeros(fl.slot, dtype=torch.uint8)
-        fl.recv = torch.zeros(self._world * fl.slot, dtype=torch.uint8)
-        fl.sent = torch.zeros(fl.n)
+        n = sum(p.numel() for p in group["params"])
+        sent = torch.zeros(n)  # this rank's frame decoded: what it sent
+        fl = Flat(group["params"], False, GatherFlow(self._codec, n, self._world, self._rank, sent=sent))
+        fl.sent = sent
         return fl
 
     def __repr__(self) -> str:
@@ -95,24 +88,9 @@ class DeMo(ReplicaOptimizer):
         for group, fl in zip(self.param_groups, self._flats):
             lr, wd = float(group["lr"]), group["weight_decay"]
             d = fl.m.mul(group["momentum_decay"]).add_(fl.grads(), alpha=lr)
-            c, w = self._codec, self._world
-            fl.send.zero_()
-            used = c.compress(d, fl.state, fl.send)
-            c.decompress(fl.send[:used], fl.sent)
-            self.bytes_sent += fl.slot
-            self.wire_bytes += (w - 1) * fl.slot
-            if w > 1:
-                dist.all_gather_into_tensor(fl.recv, fl.send, group=self.process_group)
-            else:
-                fl.recv.copy_(fl.send)
-
-            def decode():
-                fl.mean.zero_()
-                c.accumulate_gathered(fl.recv, fl.mean, fl.slot)
-
-            self.wire_bytes += _agree.checked(decode, w, self.process_group, "gradcomp.optim")
+            self._ex.run(fl.flow, d, fl.mean)  # raises on every rank before anything changes
             fl.m.copy_(d.sub_(fl.sent))
-            update = fl.mean.sign() if group["sign"] else fl.mean.div(w)
+            update = fl.mean.sign() if group["sign"] else fl.mean.div(self._world)
             for p, u in zip(fl.params, fl.views(update)):
                 if wd != 0:
                     p.mul_(1 - lr * wd)
@@ -130,12 +108,7 @@ class DeMo(ReplicaOptimizer):
             if self._world > 1:
                 dist.all_gather(rows, fl.m, group=self.process_group)
             gathered.append(torch.stack(rows))
-        states = every_rank({str(i): fl.state.checkpoint() for i, fl in enumerate(self._flats)}, self._world,
-                             self.process_group)
-        hyper = [{k: v for k, v in g.items() if k != "params"} for g in self.param_groups]
-        return {"format": FORMAT, "identity": self._identity(), "world_size": self._world, "steps": self.steps,
-                "bytes_sent": self.bytes_sent, "wire_bytes": self.wire_bytes, "param_groups": hyper,
-                "momenta": {str(i): g for i, g in enumerate(gathered)}, "codec_states": states}
+        return self._saved(momenta={str(i): g for i, g in enumerate(gathered)})
 
     def load_state_dict(self, state_dict: dict) -> None:
         """Restores :meth:`state_dict` at the saved world size (the run continues bit for bit).
@@ -145,21 +118,11 @@ class DeMo(ReplicaOptimizer):
             gradcomp.Error: a corrupted codec state; nothing changes then.
         """
         sd = state_dict
-        check_identity(sd, FORMAT, self._identity(), "gradcomp.optim")
-        if sd["world_size"] != self._world:
-            raise ValueError(f"gradcomp.optim: checkpoint of {sd['world_size']} ranks, this run has {self._world} "
-                             "(another world size is not supported)")
-        if len(sd["momenta"]) != len(self._flats) or any(sd["momenta"][str(i)][self._rank].numel() != fl.n
-                                                        for i, fl in enumerate(self._flats)):
-            raise ValueError("gradcomp.optim: checkpoint of another parameter layout")
-        fresh = [self._flat(g) for g in self.param_groups]  # restored into new states: all or nothing
+        momenta = sd.get("momenta", {})
+        fresh = self._restored(sd, [momenta[str(i)].shape[-1] for i in range(len(momenta))])
         for i, fl in enumerate(fresh):
-            fl.state.restore(bytes(sd["codec_states"][str(i)][self._rank].numpy().tobytes()))
-            fl.m.copy_(sd["momenta"][str(i)][self._rank])
-        for g, h in zip(self.param_groups, sd["param_groups"]):
-            g.update(h)
-        self._flats = fresh
-        self.steps, self.bytes_sent, self.wire_bytes = int(sd["steps"]), int(sd["bytes_sent"]), int(sd["wire_bytes"])
+            fl.m.copy_(momenta[str(i)][self._rank])
+        self._commit(sd, fresh)
 
     def _identity(self) -> str:
         opts = ",".join(f"{k}={v!r}" for k, v in sorted(self.codec_options.items()))
