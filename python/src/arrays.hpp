@@ -63,29 +63,6 @@ gc::dtype grad_dtype(const A& a, const char* what) {
   throw nb::type_error((std::string(what) + ": gradients must be float32 or bfloat16").c_str());
 }
 
-template <class A>
-std::span<std::byte> byte_view(const A& a, const char* what) {
-  check_cpu_contiguous(a, what);
-  if (a.itemsize() != 1) throw nb::type_error((std::string(what) + ": payloads are uint8 (or int8) arrays").c_str());
-  return {static_cast<std::byte*>(const_cast<void*>(a.data())), a.size()};
-}
-
-// The bytes of a contiguous CPU array of any element type (phase buffers: int32 for u32 words,
-// bfloat16 / float32 cells).
-template <class A>
-std::span<std::byte> raw_view(const A& a, const char* what) {
-  check_cpu_contiguous(a, what);
-  return {static_cast<std::byte*>(const_cast<void*>(a.data())), a.size() * a.itemsize()};
-}
-
-// A float32 array as a span.
-template <class A>
-std::span<float> float_span(const A& a, const char* what) {
-  check_cpu_contiguous(a, what);
-  if (a.dtype() != nb::dtype<float>()) throw nb::type_error((std::string(what) + ": float32 expected").c_str());
-  return {static_cast<float*>(const_cast<void*>(a.data())), a.size()};
-}
-
 // The CUDA device of a torch.device, a device string ("cuda:1") or an index; -1 for the CPU.
 inline int parse_device(nb::handle d) {
   nb::object torch = nb::module_::import_("torch");
@@ -104,6 +81,16 @@ inline device_stream current_stream(int device) {
   nb::object cuda = nb::module_::import_("torch").attr("cuda");
   const auto handle = nb::cast<std::uintptr_t>(cuda.attr("current_stream")(device).attr("cuda_stream"));
   return {device, reinterpret_cast<void*>(handle)};
+}
+
+// Where a call on arrays of `device` runs: the CPU (-1), or the device's current stream.
+inline device_stream stream_of(int device) { return device < 0 ? device_stream{} : current_stream(device); }
+
+// Where a new state goes: the CPU (-1), or the current stream of a CUDA device that exists
+// (gradcomp.Error device_error otherwise, before torch is asked for its stream).
+inline device_stream placement(int device) {
+  if (device >= 0) cuda_check_device(device);
+  return stream_of(device);
 }
 
 // The one device of a call's arrays: -1 when all are on the CPU, the CUDA device when all are
@@ -126,34 +113,71 @@ int call_device(const char* call, const A&... arrays) {
   return device;
 }
 
-inline std::string device_name(int device) { return device < 0 ? "cpu" : "cuda:" + std::to_string(device); }
-
-// A contiguous CUDA byte array (payloads, slots) starting on `align` bytes.
+// The bytes of a contiguous byte array (payloads, slots) of a call on `device`: on a CUDA
+// device they start on 8 bytes.
 template <class A>
-std::byte* device_bytes(const A& a, const char* what, std::size_t align) {
+std::span<std::byte> payload_view(const A& a, const char* what, int device) {
   check_contiguous(a, what);
   if (a.itemsize() != 1) throw nb::type_error((std::string(what) + ": payloads are uint8 (or int8) arrays").c_str());
   auto* p = static_cast<std::byte*>(const_cast<void*>(a.data()));
-  if (reinterpret_cast<std::uintptr_t>(p) % align != 0)
+  if (device >= 0 && reinterpret_cast<std::uintptr_t>(p) % 8 != 0)
     throw nb::value_error((std::string(what) + ": CUDA payloads must start on an 8-byte boundary").c_str());
-  return p;
+  return {p, a.size()};
+}
+
+// The bytes of a contiguous array of element size `elem` (a phase buffer: int32 for u32 words,
+// bfloat16 / float32 / float16 cells).
+template <class A>
+std::span<std::byte> phase_view(const A& a, const char* what, std::size_t elem) {
+  check_contiguous(a, what);
+  if (a.itemsize() != elem)
+    throw nb::type_error((std::string(what) + ": element size differs from the phase's type (u32: int32, bf16: bfloat16, f32: float32)").c_str());
+  return {static_cast<std::byte*>(const_cast<void*>(a.data())), a.size() * elem};
+}
+
+// A contiguous float32 array as a span, on whichever device the call checked.
+template <class A>
+std::span<float> floats_of(const A& a, const char* what) {
+  check_contiguous(a, what);
+  if (a.dtype() != nb::dtype<float>()) throw nb::type_error((std::string(what) + ": float32 expected").c_str());
+  return {static_cast<float*>(const_cast<void*>(a.data())), a.size()};
+}
+
+// The same for the calls that take CPU arrays only.
+template <class A>
+std::span<std::byte> byte_view(const A& a, const char* what) {
+  check_cpu_contiguous(a, what);
+  return payload_view(a, what, -1);
+}
+template <class A>
+std::span<float> float_span(const A& a, const char* what) {
+  check_cpu_contiguous(a, what);
+  return floats_of(a, what);
+}
+// The bytes of a contiguous CPU array of any element type.
+template <class A>
+std::span<std::byte> raw_view(const A& a, const char* what) {
+  check_cpu_contiguous(a, what);
+  return {static_cast<std::byte*>(const_cast<void*>(a.data())), a.size() * a.itemsize()};
 }
 
 // The device states a codec made (TAGC, sharded), for its check(): each latches its steps'
-// errors into its own error word; check() reads and clears every word.
+// errors into its own error word; check() reads and clears every word. CPU states raise at once
+// and are not kept.
 struct device_checks {
   std::mutex lock;
-  std::vector<std::weak_ptr<device_error_word>> states;
+  std::vector<std::weak_ptr<backend_state>> states;
   std::uint64_t steps = 0;       // steps of device states
   std::uint64_t interval = 256;  // check() every `interval` of them (0: on demand only)
 
-  void add(const std::shared_ptr<device_error_word>& d) {
+  void add(const std::shared_ptr<backend_state>& d) {
+    if (d->device() < 0) return;
     std::lock_guard hold(lock);
     std::erase_if(states, [](const auto& w) { return w.expired(); });
     states.push_back(d);
   }
   void check() {
-    std::vector<std::shared_ptr<device_error_word>> live;
+    std::vector<std::shared_ptr<backend_state>> live;
     {
       std::lock_guard hold(lock);
       for (const auto& w : states)
@@ -166,15 +190,47 @@ struct device_checks {
     }
     if (first != 0) raise(static_cast<gc::errc>(first), "reported by the device for a step since the last check");
   }
-  // After a device state's step: check() every `interval` steps.
-  void stepped() {
+  // After a state's step: a device state's steps run check() every `interval`.
+  void stepped(const backend_state& st) {
+    if (st.device() < 0) return;
     if (++steps, interval != 0 && steps % interval == 0) check();
   }
 };
 
-// A NumPy view of a state array (torch.from_numpy wraps it without a copy either).
-inline nb::ndarray<nb::numpy, float, nb::ndim<1>> float_view(std::vector<float>& v) {
-  return nb::ndarray<nb::numpy, float, nb::ndim<1>>(v.data(), {v.size()}, nb::handle());
+// A NumPy view of host memory (torch.from_numpy wraps it without a copy either).
+inline nb::ndarray<nb::numpy, float, nb::ndim<1>> numpy_view(float_block b) {
+  return nb::ndarray<nb::numpy, float, nb::ndim<1>>(b.data, {b.size}, nb::handle());
+}
+inline nb::ndarray<nb::numpy, float, nb::ndim<1>> float_view(std::vector<float>& v) { return numpy_view({v.data(), v.size()}); }
+// A state's array without a copy: a NumPy view of host memory, a torch tensor of device memory.
+inline nb::object float_array(float_block b) {
+  if (b.device < 0) return nb::cast(numpy_view(b), nb::rv_policy::reference);
+  return nb::cast(nb::ndarray<nb::pytorch, float, nb::ndim<1>>(b.data, {b.size}, nb::handle(), {}, nb::dtype<float>(),
+                                                               nb::device::cuda::value, b.device),
+                  nb::rv_policy::reference);
+}
+
+// A state's checkpoint calls (sharded_state, summable_state) with the codec of the call: its
+// bytes; a restore from them, or from every saved rank's (restore_elastic); the GIL released.
+inline std::span<const std::byte> bytes_of(const nb::bytes& b) { return {static_cast<const std::byte*>(b.data()), b.size()}; }
+template <class S, class C>
+nb::bytes checkpoint_of(S& st, const C& c) {
+  const std::vector<std::byte> b = st.checkpoint(c, stream_of(st.device()));
+  return nb::bytes(b.data(), b.size());
+}
+template <class S, class C>
+void load_from(S& st, const C& c, const nb::bytes& data) {
+  const device_stream s = stream_of(st.device());
+  nb::gil_scoped_release unlocked;
+  st.load_checkpoint(c, bytes_of(data), s);
+}
+template <class S, class C>
+void restore_from(S& st, const C& c, const std::vector<nb::bytes>& saved) {
+  std::vector<std::span<const std::byte>> views;
+  for (const nb::bytes& b : saved) views.push_back(bytes_of(b));
+  const device_stream s = stream_of(st.device());
+  nb::gil_scoped_release unlocked;
+  st.restore_elastic(c, views, s);
 }
 
 // Keyword options to the registry's option values, and back; ", key=repr(value)" of each
@@ -186,6 +242,10 @@ std::string kwargs_repr(const nb::kwargs& kw);
 // torch.float32 / torch.bfloat16 (or any object whose str ends so) to the library's dtype.
 gc::dtype parse_dtype(nb::handle h);
 
+// The module's parts, in the order they are bound (module.cpp).
+void bind_core(nb::module_& m);
+void bind_state(nb::module_& m);
+void bind_compressor(nb::module_& m);
 void bind_summable(nb::module_& m);
 void bind_sharded(nb::module_& m);
 void bind_planner(nb::module_& m);

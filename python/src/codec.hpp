@@ -1,9 +1,10 @@
 #pragma once
 // A type-erased gradcomp compressor for the Python bindings: one `codec` interface, one
 // template `codec_impl<C>` per policy composition, built by name from a registry (the codec
-// table, codecs.hpp, compiled in registry_*.cpp) with options from a Python dict. Every codec
-// also runs on the sharded path and under local steps (make_sharded: sharded.hpp;
-// make_localsteps: localsteps.hpp; the registry files include both definitions).
+// table, codecs.hpp, compiled in registry_*.cpp) with options from a Python dict. A codec is
+// the CPU's codec_backend (backend.hpp) over CPU states (cpu_codec_state); make_device gives
+// its GPU kernels (device.hpp), make_sharded its sharded path (sharded.hpp), make_localsteps
+// local steps over it (localsteps.hpp; the registry files include the three definitions).
 
 #include <gradcomp/core/bits.hpp>
 #include <gradcomp/core/options.hpp>
@@ -28,47 +29,53 @@
 #include <variant>
 #include <vector>
 
+#include "backend.hpp"
+
 namespace gradcomp_py {
-
-namespace gc = gradcomp;
-
-// A failed gradcomp call; the bindings raise it as gradcomp.Error with `.code`.
-struct codec_error : std::runtime_error {
-  gc::errc code;
-  codec_error(gc::errc c, const std::string& what) : std::runtime_error(what), code(c) {}
-};
-const char* errc_name(gc::errc e);
-[[noreturn]] void raise(const gc::status& s);
-[[noreturn]] void raise(gc::errc code, const std::string& detail);
-inline void check(const gc::status& s) {
-  if (!s) raise(s);
-}
 
 // Option values as the registry sees them (converted from Python by the bindings).
 using option_value = std::variant<bool, long long, double, std::string>;
 using options = std::map<std::string, option_value>;
 
-class sharded_codec;    // sharded.hpp
 class localsteps_flow;  // localsteps.hpp
-class device_codec;     // device.hpp
+class device_context;   // device.hpp
 
-class codec {
+// A Compressor's state on the CPU; also a device state's host copy (its checkpoints).
+class cpu_codec_state final : public codec_state {
  public:
-  virtual ~codec() = default;
+  cpu_codec_state(gc::state s, std::uint32_t id, std::string name) : codec_state(id, std::move(name)), st(std::move(s)) {}
+  gc::state st;
+
+  std::size_t size() const override { return st.size; }
+  std::uint64_t step(device_stream) override { return st.step; }
+  void set_step(std::uint64_t v, device_stream) override { st.step = v; }
+  float_block residual() override { return {st.residual.data(), st.residual.size()}; }
+  float_block thresholds() override { return {st.thresholds.data(), st.thresholds.size()}; }
+  std::vector<std::byte> checkpoint(device_stream) override {
+    std::vector<std::byte> out(gc::checkpoint_bytes(st));
+    const auto r = gc::save_checkpoint(st, codec_id, out);
+    if (!r) raise(r.error());
+    return out;
+  }
+  void load_checkpoint(std::span<const std::byte> in, device_stream) override { st = loaded(in); }
+  // A copy of the state with `in` loaded; raises (the state unchanged) unless the bytes load.
+  gc::state loaded(std::span<const std::byte> in) const {
+    gc::state copy = st;
+    check(gc::load_checkpoint(in, codec_id, copy));
+    return copy;
+  }
+};
+
+class codec : public codec_backend {
+ public:
   virtual std::uint32_t codec_id() const = 0;
   virtual bool summable() const = 0;  // a plain summable cast: all-reduce its codes
   virtual unsigned wire_bits() const = 0;
   virtual bool error_feedback() const = 0;
   virtual options effective_options() const = 0;
   virtual std::size_t max_payload_bytes(std::size_t n, gc::dtype t) const = 0;
-  virtual gc::state make_state(std::size_t n) const = 0;
-  virtual std::size_t compress(const void* grad, std::size_t n, gc::dtype t, gc::state& st, std::span<std::byte> out) const = 0;
-  virtual void decode(std::span<const std::byte> payload, void* out, std::size_t n, gc::dtype t, bool add) const = 0;
-  // decode's checks of a payload for a buffer of n elements, nothing written.
-  virtual void check_payload(std::span<const std::byte> payload, std::size_t n) const = 0;
-  // Summable casts only: codes = encode(src * scale), and dst (+)= decode(codes).
-  virtual void encode_cast(const float* src, void* codes, std::size_t n, float scale) const = 0;
-  virtual void decode_cast(const void* codes, float* dst, std::size_t n, bool add) const = 0;
+  // The library's state for n elements (a cpu_codec_state's).
+  virtual gc::state host_state(std::size_t n) const = 0;
   // out += every payload of an all-gather (gc::model::accumulate_gathered): back to back
   // (slot_bytes 0) or one per slot of slot_bytes; all frames are checked before any is added.
   virtual void accumulate_gathered(std::span<const std::byte> gathered, std::size_t slot_bytes, void* out, std::size_t n,
@@ -82,8 +89,9 @@ class codec {
   // (defined in localsteps.hpp).
   virtual std::unique_ptr<localsteps_flow> make_localsteps(bool sharded, const gc::localsteps::config& c,
                                                            const std::string& identity) const = 0;
-  // Its GPU kernels, or null where the composition has none or the build has no CUDA (device.hpp).
-  virtual std::unique_ptr<device_codec> make_device() const = 0;
+  // Its GPU kernels (reporting into ctx), or null where the composition has none or the build
+  // has no CUDA (device.hpp).
+  virtual std::unique_ptr<codec_backend> make_device(std::shared_ptr<device_context> ctx) const = 0;
 };
 
 // --- Options: every member a policy config names (its options(), core/options.hpp) and the
@@ -165,16 +173,24 @@ class codec_impl final : public codec {
   std::size_t max_payload_bytes(std::size_t n, gc::dtype t) const override {
     return t == gc::dtype::f32 ? comp_.template max_payload_bytes<float>(n) : comp_.template max_payload_bytes<gc::bf16_t>(n);
   }
-  gc::state make_state(std::size_t n) const override { return comp_.make_state(n); }
+  gc::state host_state(std::size_t n) const override { return comp_.make_state(n); }
 
-  std::size_t compress(const void* grad, std::size_t n, gc::dtype t, gc::state& st, std::span<std::byte> out) const override {
+  std::unique_ptr<codec_state> make_state(std::unique_ptr<cpu_codec_state> host, device_stream) const override {
+    return host;
+  }
+  void check_state(codec_state& st, std::size_t) const override { (void)own(st); }
+
+  std::size_t compress(const void* grad, std::size_t n, gc::dtype t, codec_state& st, std::span<std::byte> out,
+                       device_stream) const override {
+    gc::state& s = own(st).st;
     const auto r = t == gc::dtype::f32
-                       ? comp_.template compress<float>(std::span(static_cast<const float*>(grad), n), st, out)
-                       : comp_.template compress<gc::bf16_t>(std::span(static_cast<const gc::bf16_t*>(grad), n), st, out);
+                       ? comp_.template compress<float>(std::span(static_cast<const float*>(grad), n), s, out)
+                       : comp_.template compress<gc::bf16_t>(std::span(static_cast<const gc::bf16_t*>(grad), n), s, out);
     if (!r) raise(r.error());
     return *r;
   }
-  void decode(std::span<const std::byte> payload, void* out, std::size_t n, gc::dtype t, bool add) const override {
+  void decode(std::span<const std::byte> payload, void* out, std::size_t n, gc::dtype t, bool add,
+              device_stream) const override {
     if (t == gc::dtype::f32) {
       const std::span o(static_cast<float*>(out), n);
       check(add ? comp_.template accumulate<float>(payload, o) : comp_.template decompress<float>(payload, o));
@@ -186,7 +202,7 @@ class codec_impl final : public codec {
 
   void check_payload(std::span<const std::byte> payload, std::size_t n) const override { check(comp_.check(payload, n)); }
 
-  void encode_cast(const float* src, void* codes, std::size_t n, float scale) const override {
+  void encode_cast(const float* src, void* codes, std::size_t n, float scale, device_stream) const override {
     if constexpr (cast) {
       auto* c = static_cast<typename Q::code_type*>(codes);
       const typename Q::config qc{};
@@ -198,7 +214,7 @@ class codec_impl final : public codec {
       raise({gc::errc::invalid_argument, "encode_cast: this codec is not a summable cast"});
     }
   }
-  void decode_cast(const void* codes, float* dst, std::size_t n, bool add) const override {
+  void decode_cast(const void* codes, float* dst, std::size_t n, bool add, device_stream) const override {
     if constexpr (cast) {
       const auto* c = static_cast<const typename Q::code_type*>(codes);
       const typename Q::config qc{};
@@ -230,9 +246,16 @@ class codec_impl final : public codec {
   std::unique_ptr<sharded_codec> make_sharded(gc::sharded::mode m) const override;
   std::unique_ptr<localsteps_flow> make_localsteps(bool sharded, const gc::localsteps::config& c,
                                                    const std::string& identity) const override;
-  std::unique_ptr<device_codec> make_device() const override;
+  std::unique_ptr<codec_backend> make_device(std::shared_ptr<device_context> ctx) const override;
 
  private:
+  // The binding checks a state's device before its call: a CPU call gets a CPU state.
+  static cpu_codec_state& own(codec_state& st) {
+    auto* p = dynamic_cast<cpu_codec_state*>(&st);
+    if (p == nullptr) raise(gc::errc::codec_mismatch, "state: made for a CUDA device");
+    return *p;
+  }
+
   C comp_;
 };
 
@@ -286,5 +309,18 @@ void add_codecs(std::vector<entry>& out);
 options acctfm_options(const options& opts);
 std::unique_ptr<codec> make_codec(const std::string& name, const options& opts);
 const std::vector<entry>& registry();
+
+// A PhaseCodec's codec (summable_codecs.cpp), its identity (states and checkpoints carry it),
+// its options (TAGC's; none for casts) and whether its states have checkpoints (casts keep no
+// state across steps).
+struct summable_made {
+  std::unique_ptr<summable_codec> codec;
+  std::string identity;
+  options config;
+  bool checkpoints = false;
+};
+// TAGC-2 from a preset ("default", "tagc2", "v1") and options; a summable cast of a wire type.
+summable_made make_tagc(const std::string& preset, const options& o);
+summable_made make_cast(gc::summable::wire_type wire, bool feedback);
 
 }  // namespace gradcomp_py

@@ -1,12 +1,15 @@
 #pragma once
 // The CUDA side of the bindings behind plain C++ declarations, so that only the .cu files
-// (device*.cu, compiled by nvcc when the extension is built with CUDA) see CUDA headers.
+// (device*.cu, compiled by nvcc when the extension is built with CUDA) see CUDA headers: the
+// runtime pieces (memory, per-stream workspaces and reports, build information) and the
+// factories of the device implementations of backend.hpp's families.
 //
 // A codec whose composition has GPU kernels (dense or exact top-k selection, no or residual
-// feedback: `device_capable`) gets a `device_codec` from codec_impl<C>::make_device(); the
-// device calls run on a caller's stream, never synchronise the host, and leave what they
-// find in a device report that `device_context::check` reads (docs/python.md, "CUDA
-// tensors and NCCL").
+// feedback: `device_capable`) gets a device codec_backend from codec_impl<C>::make_device()
+// and device sharded states from sharded_impl<C>::to_device(); the device calls run on a
+// caller's stream, never synchronise the host, and leave what they find in a device report that
+// `device_context::check` reads, or in the state's error word (docs/python.md, "CUDA tensors
+// and NCCL").
 
 #include <cstddef>
 #include <cstdint>
@@ -18,12 +21,6 @@
 #include "codec.hpp"
 
 namespace gradcomp_py {
-
-// Where a device call runs: the CUDA device and the stream (a cudaStream_t).
-struct device_stream {
-  int device = 0;
-  void* stream = nullptr;
-};
 
 // Device memory from cudaMalloc on `device`, freed when the last owner lets go.
 std::shared_ptr<std::byte> device_alloc(int device, std::size_t bytes);
@@ -57,103 +54,19 @@ class device_context {
   std::unique_ptr<impl> impl_;
 };
 
-// A device state whose steps latch what the device finds into an error word of its own.
-class device_error_word {
- public:
-  virtual ~device_error_word() = default;
-  virtual int device() const = 0;
-  // The first error latched since the last call, then cleared (synchronous).
-  virtual std::uint32_t take_error(device_stream s) = 0;
-};
+// TAGC-2 (gradcomp::cuda::tagc in the padded sketch layout, so that the sketch phase's size is
+// known without waiting for the device) for one rank, with its own workspace (a step carries the
+// cell index from receive(0) to receive(1)) and an error word that finish_step latches the
+// step's report into. Its checkpoints go through a fresh CPU state of the codec of the call.
+std::unique_ptr<summable_state> make_device_tagc(const gc::tagc::config& c, std::size_t n, std::uint32_t world,
+                                                 std::uint32_t rank, device_stream s);
 
-// One rank's sharded-path state on a CUDA device (gradcomp::cuda::sharded::codec<C>), with its
-// own workspace and error word: receive() latches its report (a bad slot: the rest of that call
-// does nothing and the output is untouched, but the step advances, as the host cannot know).
-class device_sharded : public device_error_word {
- public:
-  virtual std::size_t memory_bytes() const = 0;  // state, workspace and error word
-  virtual gc::sharded::stage at() const = 0;
-  virtual float* sender_residual(std::uint32_t shard) const = 0;  // null without feedback
-  virtual float* owner_residual() const = 0;
-  // Queued on s; argument errors raise at once.
-  virtual void encode(std::size_t k, const void* grad, std::size_t n, gc::dtype t, std::byte* out, std::size_t bytes,
-                      device_stream s) = 0;
-  virtual void receive(std::size_t k, const std::byte* in, std::size_t bytes, void* out, std::size_t n, gc::dtype t,
-                       device_stream s) = 0;
-  // Synchronous: the step; the state to and from a host state of the same geometry.
-  virtual std::uint64_t step(device_stream s) const = 0;
-  virtual void download(gc::sharded::state& host, device_stream s) const = 0;
-  virtual void upload(const gc::sharded::state& host, device_stream s) = 0;
-};
-
-// One compressor's GPU kernels (gradcomp::cuda), for the buffers of one State.
-class device_codec {
- public:
-  virtual ~device_codec() = default;
-  // Exact bytes compress writes for n elements of t (the device path's frames have a fixed
-  // size: sparse frames carry u32 index lists).
-  virtual std::size_t payload_bytes(std::size_t n, gc::dtype t) const = 0;
-  virtual std::size_t state_bytes(std::size_t n) const = 0;
-  // Zeroes a state in `mem` (state_bytes(n), 256-byte aligned), in stream order.
-  virtual void init_state(std::byte* mem, std::size_t n, device_stream s) const = 0;
-  // Synchronous copies between a device state and a host state of the same size.
-  virtual void download(const std::byte* mem, std::size_t n, gc::state& host, device_stream s) const = 0;
-  virtual void upload(const gc::state& host, std::byte* mem, std::size_t n, device_stream s) const = 0;
-  // Returns the payload bytes; errors found on the device go to ctx's report.
-  virtual std::size_t compress(device_context& ctx, const void* grad, std::size_t n, gc::dtype t, std::byte* state_mem,
-                               std::byte* out, std::size_t out_bytes, device_stream s) const = 0;
-  virtual void decode(device_context& ctx, const std::byte* payload, std::size_t bytes, void* out, std::size_t n,
-                      gc::dtype t, bool add, device_stream s) const = 0;
-  // Summable casts: codes = encode(src * scale); dst (+)= decode(codes).
-  virtual void encode_cast(const float* src, void* codes, std::size_t n, float scale, device_stream s) const = 0;
-  virtual void decode_cast(const void* codes, float* dst, std::size_t n, bool add, device_stream s) const = 0;
-  // The sharded path of this compressor: one rank's state on s's device.
-  virtual std::unique_ptr<device_sharded> make_sharded(gc::sharded::mode m, std::size_t n, std::uint32_t world,
-                                                       std::uint32_t rank, device_stream s) const = 0;
-};
-
-// One rank's TAGC state on a CUDA device (gradcomp::cuda::tagc in the padded sketch layout, so
-// that the sketch phase's size is known without waiting for the device), with its own workspace
-// (a step carries the cell index from receive(0) to receive(1)) and a sticky error word that
-// finish_step latches the step's report into.
-class device_tagc : public device_error_word {
- public:
-  struct report {
-    std::uint32_t rows = 0;                      // r of the last step
-    std::uint32_t items = 0, peeled = 0, rounds = 0;  // the last receive(1)'s peel
-    std::uint64_t step = 0;
-  };
-  virtual std::size_t memory_bytes() const = 0;  // state, workspace and error word
-  virtual gc::summable::phase describe(std::size_t k) const = 0;
-  virtual std::size_t max_phase_bytes() const = 0;
-  virtual float* residual() const = 0;
-  virtual float* thresholds() const = 0;
-  // Queued on s; argument errors raise at once, data errors land in the step's report.
-  virtual void encode(std::size_t k, const float* grad, std::size_t n, std::byte* out, std::size_t bytes, device_stream s) = 0;
-  virtual void receive(std::size_t k, const std::byte* in, std::size_t bytes, float* out, std::size_t n, device_stream s) = 0;
-  virtual void finish_step(device_stream s) = 0;
-  // Synchronous: the last step's report; the state to and from a host state of the same size,
-  // world and rank.
-  virtual report read(device_stream s) const = 0;
-  virtual void download(gc::tagc::state& host, device_stream s) const = 0;
-  virtual void upload(const gc::tagc::state& host, device_stream s) = 0;
-};
-std::unique_ptr<device_tagc> make_device_tagc(const gc::tagc::config& c, std::size_t n, std::uint32_t world,
-                                              std::uint32_t rank, device_stream s);
-
-// One rank's summable cast (summable::cast<Q>, Q the wire type) on a CUDA device: its residual
-// (with feedback) and an error word. The host checks the sizes; the device finds a received
-// buffer whose padding is not zero (a misrouted shard): that receive then writes nothing.
-class device_cast : public device_error_word {
- public:
-  virtual std::size_t memory_bytes() const = 0;
-  virtual float* residual() const = 0;  // null without feedback
-  // out: `count` codes, the n values then zeros.
-  virtual void encode(const float* grad, std::size_t n, std::byte* out, std::size_t count, device_stream s) = 0;
-  // in: `filled` codes, the first n decoded into out, the rest checked to be zero.
-  virtual void receive(const std::byte* in, std::size_t filled, float* out, std::size_t n, device_stream s) = 0;
-};
-std::unique_ptr<device_cast> make_device_cast(gc::summable::wire_type wire, bool feedback, std::size_t n, device_stream s);
+// A summable cast (summable::cast<Q>, Q the wire type) for one rank: its residual (with
+// feedback) and an error word on the device; `host`, the CPU state of the cast, keeps the step
+// and describes the phase. The host checks the sizes; the device finds a received buffer whose
+// padding is not zero (a misrouted shard): that receive then writes nothing.
+std::unique_ptr<summable_state> make_device_cast(gc::summable::wire_type wire, bool feedback,
+                                                 std::unique_ptr<summable_state> host, device_stream s);
 
 // What the extension was built with (gradcomp.build_info()).
 struct cuda_build {
@@ -174,15 +87,21 @@ struct device_capable<gc::compressor<gc::partition::chunks, S, Q, F>>
     : std::bool_constant<(std::is_same_v<S, gc::sparsify::dense> || std::is_same_v<S, gc::sparsify::topk>) &&
                          (std::is_same_v<F, gc::feedback::none> || std::is_same_v<F, gc::feedback::residual>)> {};
 
-// Defined in the device*.cu files for every device_capable C the registry builds.
+// Defined in device_impl.cuh, instantiated in the device*.cu files for every device_capable C
+// the registry builds: the compressor's kernels, reporting into ctx; one rank's sharded state of
+// it on s's device, `host` (a CPU state of the same geometry) kept as its host copy.
 template <class C>
-std::unique_ptr<device_codec> make_device_codec(const C& comp);
+std::unique_ptr<codec_backend> make_device_codec(const C& comp, std::shared_ptr<device_context> ctx);
+template <class C>
+std::unique_ptr<sharded_state> make_device_sharded(const C& comp, gc::sharded::mode m, std::unique_ptr<sharded_state> host,
+                                                   device_stream s);
 
 template <class C>
-std::unique_ptr<device_codec> codec_impl<C>::make_device() const {
+std::unique_ptr<codec_backend> codec_impl<C>::make_device(std::shared_ptr<device_context> ctx) const {
 #ifdef GRADCOMP_PY_CUDA
-  if constexpr (device_capable<C>::value) return make_device_codec<C>(comp_);
+  if constexpr (device_capable<C>::value) return make_device_codec<C>(comp_, std::move(ctx));
 #endif
+  (void)ctx;
   return nullptr;
 }
 

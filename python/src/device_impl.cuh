@@ -1,7 +1,10 @@
 #pragma once
-// device_codec for one composition C: gradcomp::cuda's compress / decode on the caller's stream,
-// with the Compressor's device_context for workspaces and reports. Included by the device*.cu
-// files, each of which instantiates make_device_codec for its slice of the codec table.
+// The device implementations of backend.hpp's families for one composition C:
+// device_codec_impl<C> (a Compressor's codec_backend: gradcomp::cuda's compress / decode on the
+// caller's stream, with the Compressor's device_context for workspaces and reports), its states
+// (device_codec_state<C>) and one rank's sharded state (device_sharded_state<C>). Included by the
+// device*.cu files, each of which instantiates make_device_codec and make_device_sharded for its
+// slice of the codec table.
 
 #include <gradcomp/cuda.cuh>
 
@@ -68,17 +71,21 @@ inline std::uint32_t take_sticky(std::uint32_t* sticky, device_stream s) {
   return code;
 }
 
-// One rank's sharded-path state of compressor C on a device: one allocation holds the state,
-// the workspace of every call and the error word.
+// One rank's sharded state of compressor C on a device: one allocation holds the state, the
+// workspace of every call and the error word; the CPU state it was made from is its host copy
+// (geometry, phases, checkpoints).
 template <class C>
-class device_sharded_impl final : public device_sharded {
+class device_sharded_state final : public sharded_state {
   using codec_type = gcu::sharded::codec<C>;
 
  public:
-  device_sharded_impl(const C& comp, gc::sharded::mode m, std::size_t n, std::uint32_t world, std::uint32_t rank,
-                      device_stream s)
-      : codec_(comp, m), device_(s.device) {
+  device_sharded_state(const C& comp, gc::sharded::mode m, std::unique_ptr<sharded_state> host, device_stream s)
+      : codec_(comp, m), device_(s.device), host_(std::move(host)), image_(image_of<gc::sharded::state>(*host_)) {
+    grad_type = host_->grad_type;
+    identity = host_->identity;
     check(codec_.validate());
+    const std::size_t n = host_->size();
+    const std::uint32_t world = host_->world(), rank = host_->rank();
     if (world == 0 || rank >= world) raise({gc::errc::invalid_argument, "sharded state needs world >= 1 and rank < world"});
     device_guard on(device_);
     state_bytes_ = round256(codec_.state_bytes(n, world, rank));
@@ -91,30 +98,32 @@ class device_sharded_impl final : public device_sharded {
   }
 
   int device() const override { return device_; }
-  std::size_t memory_bytes() const override { return state_bytes_ + work_bytes_ + 256; }
+  std::size_t device_bytes() const override { return state_bytes_ + work_bytes_ + 256; }
+  std::size_t size() const override { return host_->size(); }
+  std::uint32_t world() const override { return host_->world(); }
+  std::uint32_t rank() const override { return host_->rank(); }
   gc::sharded::stage at() const override { return st_.at; }
-  float* sender_residual(std::uint32_t shard) const override {
+  gc::sharded::phase describe(const sharded_codec& c, std::size_t k) const override { return host_->describe(c, k); }
+  float_block sender_residual(std::uint32_t shard) override {
     if (shard >= st_.world) raise({gc::errc::invalid_argument, "shard index outside the world"});
-    return st_.send[shard].residual;
+    return residual_of(st_.send[shard].residual, shard);
   }
-  float* owner_residual() const override { return st_.owner.residual; }
+  float_block owner_residual() override { return residual_of(st_.owner.residual, st_.rank); }
 
-  void encode(std::size_t k, const void* grad, std::size_t n, gc::dtype t, std::byte* out, std::size_t bytes,
+  void encode(const sharded_codec&, std::size_t k, const void* grad, std::size_t n, std::span<std::byte> out,
               device_stream s) override {
     device_guard on(device_);
     const gcu::executor ex{stream(s), work()};
-    const std::span<std::byte> o(out, bytes);
-    if (k != 0) check(codec_.template encode<float>(ex, k, {}, st_, o));
-    else if (t == gc::dtype::f32) check(codec_.template encode<float>(ex, k, {static_cast<const float*>(grad), n}, st_, o));
-    else check(codec_.template encode<gc::bf16_t>(ex, k, {static_cast<const gc::bf16_t*>(grad), n}, st_, o));
+    if (k != 0) check(codec_.template encode<float>(ex, k, {}, st_, out));
+    else if (grad_type == gc::dtype::f32) check(codec_.template encode<float>(ex, k, {static_cast<const float*>(grad), n}, st_, out));
+    else check(codec_.template encode<gc::bf16_t>(ex, k, {static_cast<const gc::bf16_t*>(grad), n}, st_, out));
   }
-  void receive(std::size_t k, const std::byte* in, std::size_t bytes, void* out, std::size_t n, gc::dtype t,
+  void receive(const sharded_codec&, std::size_t k, std::span<const std::byte> in, void* out, std::size_t n, gc::dtype t,
                device_stream s) override {
     device_guard on(device_);
     const gcu::executor ex{stream(s), work()};
-    const std::span<const std::byte> i(in, bytes);
-    if (t == gc::dtype::f32) check(codec_.template receive<float>(ex, k, st_, i, {static_cast<float*>(out), n}));
-    else check(codec_.template receive<gc::bf16_t>(ex, k, st_, i, {static_cast<gc::bf16_t*>(out), n}));
+    if (t == gc::dtype::f32) check(codec_.template receive<float>(ex, k, st_, in, {static_cast<float*>(out), n}));
+    else check(codec_.template receive<gc::bf16_t>(ex, k, st_, in, {static_cast<gc::bf16_t*>(out), n}));
     latch_kernel<><<<1, 1, 0, stream(s)>>>(&st_.outcome->code, sticky_);
     check_cuda(cudaGetLastError(), "latch");
   }
@@ -130,16 +139,45 @@ class device_sharded_impl final : public device_sharded {
     check_cuda(cudaStreamSynchronize(stream(s)), "cudaStreamSynchronize");
     return v;
   }
-  void download(gc::sharded::state& host, device_stream s) const override {
+
+  // The host copy's checkpoint after a download; a restore into the host copy, uploaded only
+  // when it succeeds (the state is unchanged otherwise).
+  std::vector<std::byte> checkpoint(const sharded_codec& c, device_stream s) override {
+    download(s);
+    return host_->checkpoint(c, s);
+  }
+  void load_checkpoint(const sharded_codec& c, std::span<const std::byte> in, device_stream s) override {
+    host_->load_checkpoint(c, in, s);
+    upload(s);
+  }
+  void restore_elastic(const sharded_codec& c, std::span<const std::span<const std::byte>> saved, device_stream s) override {
+    host_->restore_elastic(c, saved, s);
+    upload(s);
+  }
+
+ private:
+  static cudaStream_t stream(device_stream s) { return static_cast<cudaStream_t>(s.stream); }
+  std::span<std::byte> work() const { return {mem_.get() + state_bytes_, work_bytes_}; }
+  // A residual of shard j's size on the device (none without feedback).
+  float_block residual_of(float* p, std::uint32_t j) const {
+    return {p, p ? gc::summable::shard_of(st_.size, st_.world, j).count : 0, device_};
+  }
+  void same_geometry(const gc::sharded::state& h) const {
+    if (h.size != st_.size || h.world != st_.world || h.rank != st_.rank || h.send.size() != st_.world)
+      raise({gc::errc::size_mismatch, "host sharded state differs from the device state's size, world or rank"});
+  }
+  void download(device_stream s) {
     device_guard on(device_);
+    gc::sharded::state& host = image_;
     same_geometry(host);
     for (std::uint32_t j = 0; j < st_.world; ++j) check(gcu::download_state(st_.send[j], host.send[j], stream(s)));
     if (codec_.get_mode() == gc::sharded::mode::all_reduce) check(gcu::download_state(st_.owner, host.owner, stream(s)));
     host.step = step(s);
     host.at = st_.at;
   }
-  void upload(const gc::sharded::state& host, device_stream s) override {
+  void upload(device_stream s) {
     device_guard on(device_);
+    const gc::sharded::state& host = image_;
     same_geometry(host);
     for (std::uint32_t j = 0; j < st_.world; ++j) check(gcu::upload_state(host.send[j], st_.send[j], stream(s)));
     if (codec_.get_mode() == gc::sharded::mode::all_reduce) check(gcu::upload_state(host.owner, st_.owner, stream(s)));
@@ -148,16 +186,10 @@ class device_sharded_impl final : public device_sharded {
     st_.at = host.at;
   }
 
- private:
-  static cudaStream_t stream(device_stream s) { return static_cast<cudaStream_t>(s.stream); }
-  std::span<std::byte> work() const { return {mem_.get() + state_bytes_, work_bytes_}; }
-  void same_geometry(const gc::sharded::state& h) const {
-    if (h.size != st_.size || h.world != st_.world || h.rank != st_.rank || h.send.size() != st_.world)
-      raise({gc::errc::size_mismatch, "host sharded state differs from the device state's size, world or rank"});
-  }
-
   codec_type codec_;
   int device_;
+  std::unique_ptr<sharded_state> host_;
+  gc::sharded::state& image_;  // host_'s library state
   std::size_t state_bytes_ = 0, work_bytes_ = 0;
   std::shared_ptr<std::byte> mem_;
   std::uint32_t* sticky_ = nullptr;
@@ -166,49 +198,110 @@ class device_sharded_impl final : public device_sharded {
 
 inline unsigned cast_grid(std::size_t n) { return static_cast<unsigned>(n == 0 ? 1 : (n + 255) / 256 < 4096 ? (n + 255) / 256 : 4096); }
 
+// A Compressor's state of compressor C on a device: the step and the residual in one
+// allocation (device_codec_impl<C>::view), the CPU state it was made from as its host copy
+// (checkpoints, thresholds).
 template <class C>
-class device_codec_impl final : public device_codec {
+class device_codec_state final : public codec_state {
+ public:
+  device_codec_state(const C& comp, std::unique_ptr<cpu_codec_state> host, device_stream s)
+      : codec_state(host->codec_id, host->codec), comp_(comp), device_(s.device), host_(std::move(host)) {
+    device_guard on(device_);
+    bytes_ = gcu::state_bytes(comp_, size());
+    mem_ = device_alloc(device_, bytes_);
+    const auto st = gcu::make_state(comp_, {mem_.get(), bytes_}, size(), stream(s));
+    if (!st) raise(st.error());
+  }
+
+  int device() const override { return device_; }
+  std::size_t device_bytes() const override { return bytes_; }
+  std::size_t size() const override { return host_->size(); }
+  std::uint64_t step(device_stream s) override {
+    download(s);
+    return host_->st.step;
+  }
+  void set_step(std::uint64_t v, device_stream s) override {
+    download(s);
+    host_->st.step = v;
+    upload(host_->st, s);
+  }
+  float_block residual() override {
+    return {reinterpret_cast<float*>(mem_.get() + 256), host_->st.residual.empty() ? 0 : size(), device_};
+  }
+  float_block thresholds() override { return host_->thresholds(); }
+  std::vector<std::byte> checkpoint(device_stream s) override {
+    download(s);
+    return host_->checkpoint(s);
+  }
+  void load_checkpoint(std::span<const std::byte> in, device_stream s) override {
+    gc::state loaded = host_->loaded(in);
+    upload(loaded, s);
+    host_->st = std::move(loaded);
+  }
+
+  // The library's view of the memory: the step, then (with feedback) the residual at 256 bytes.
+  gcu::device_state view() const {
+    gcu::device_state st;
+    st.size = size();
+    st.step = reinterpret_cast<std::uint64_t*>(mem_.get());
+    st.residual = C::feedback::has_state ? reinterpret_cast<float*>(mem_.get() + 256) : nullptr;
+    return st;
+  }
+
+ private:
+  static cudaStream_t stream(device_stream s) { return static_cast<cudaStream_t>(s.stream); }
+  void download(device_stream s) {
+    device_guard on(device_);
+    check(gcu::download_state(view(), host_->st, stream(s)));
+  }
+  void upload(const gc::state& host, device_stream s) {
+    device_guard on(device_);
+    check(gcu::upload_state(host, view(), stream(s)));
+  }
+
+  C comp_;
+  int device_;
+  std::unique_ptr<cpu_codec_state> host_;
+  std::size_t bytes_ = 0;
+  std::shared_ptr<std::byte> mem_;
+};
+
+template <class C>
+class device_codec_impl final : public codec_backend {
   using Q = typename C::quantizer;
   static constexpr bool cast = C::sparsifier::is_dense && std::is_base_of_v<gc::ungrouped_quantizer, Q> && Q::summable &&
                                Q::meta_bytes == 0;
 
  public:
-  explicit device_codec_impl(const C& comp) : comp_(comp) { check(gcu::detail::check_quantizer_config(comp_)); }
-
-  std::size_t payload_bytes(std::size_t n, gc::dtype t) const override {
-    return t == gc::dtype::f32 ? gcu::detail::plan_on_host<C, float>(comp_, n).total.frame
-                               : gcu::detail::plan_on_host<C, gc::bf16_t>(comp_, n).total.frame;
-  }
-  std::size_t state_bytes(std::size_t n) const override { return gcu::state_bytes(comp_, n); }
-
-  void init_state(std::byte* mem, std::size_t n, device_stream s) const override {
-    device_guard on(s.device);
-    const auto st = gcu::make_state(comp_, {mem, state_bytes(n)}, n, stream(s));
-    if (!st) raise(st.error());
-  }
-  void download(const std::byte* mem, std::size_t n, gc::state& host, device_stream s) const override {
-    device_guard on(s.device);
-    check(gcu::download_state(view(const_cast<std::byte*>(mem), n), host, stream(s)));
-  }
-  void upload(const gc::state& host, std::byte* mem, std::size_t n, device_stream s) const override {
-    device_guard on(s.device);
-    check(gcu::upload_state(host, view(mem, n), stream(s)));
+  device_codec_impl(const C& comp, std::shared_ptr<device_context> ctx) : comp_(comp), ctx_(std::move(ctx)) {
+    check(gcu::detail::check_quantizer_config(comp_));
   }
 
-  std::size_t compress(device_context& ctx, const void* grad, std::size_t n, gc::dtype t, std::byte* state_mem,
-                       std::byte* out, std::size_t out_bytes, device_stream s) const override {
-    device_guard on(s.device);
-    const std::size_t bytes = payload_bytes(n, t);
-    if (t == gc::dtype::f32) run_compress<float>(ctx, static_cast<const float*>(grad), n, state_mem, out, out_bytes, s);
-    else run_compress<gc::bf16_t>(ctx, static_cast<const gc::bf16_t*>(grad), n, state_mem, out, out_bytes, s);
-    return bytes;
+  std::unique_ptr<codec_state> make_state(std::unique_ptr<cpu_codec_state> host, device_stream s) const override {
+    return std::make_unique<device_codec_state<C>>(comp_, std::move(host), s);
   }
-  void decode(device_context& ctx, const std::byte* payload, std::size_t bytes, void* out, std::size_t n, gc::dtype t,
-              bool add, device_stream s) const override {
+  void check_state(codec_state& st, std::size_t n) const override { (void)own(st, n); }
+
+  // The device path's frames have a fixed size (sparse frames carry u32 index lists): the bytes
+  // returned are known on the host.
+  std::size_t compress(const void* grad, std::size_t n, gc::dtype t, codec_state& st, std::span<std::byte> out,
+                       device_stream s) const override {
+    const gcu::device_state v = own(st, n).view();
     device_guard on(s.device);
-    if (t == gc::dtype::f32) run_decode<float>(ctx, payload, bytes, static_cast<float*>(out), n, add, s);
-    else run_decode<gc::bf16_t>(ctx, payload, bytes, static_cast<gc::bf16_t*>(out), n, add, s);
+    if (t == gc::dtype::f32) {
+      run_compress<float>(static_cast<const float*>(grad), n, v, out, s);
+      return gcu::detail::plan_on_host<C, float>(comp_, n).total.frame;
+    }
+    run_compress<gc::bf16_t>(static_cast<const gc::bf16_t*>(grad), n, v, out, s);
+    return gcu::detail::plan_on_host<C, gc::bf16_t>(comp_, n).total.frame;
   }
+  void decode(std::span<const std::byte> payload, void* out, std::size_t n, gc::dtype t, bool add,
+              device_stream s) const override {
+    device_guard on(s.device);
+    if (t == gc::dtype::f32) run_decode<float>(payload, static_cast<float*>(out), n, add, s);
+    else run_decode<gc::bf16_t>(payload, static_cast<gc::bf16_t*>(out), n, add, s);
+  }
+  void check_payload(std::span<const std::byte>, std::size_t) const override {}
 
   void encode_cast(const float* src, void* codes, std::size_t n, float scale, device_stream s) const override {
     if constexpr (cast) {
@@ -220,11 +313,6 @@ class device_codec_impl final : public device_codec {
       raise(gc::errc::invalid_argument, "encode_cast: this codec is not a summable cast");
     }
   }
-  std::unique_ptr<device_sharded> make_sharded(gc::sharded::mode m, std::size_t n, std::uint32_t world, std::uint32_t rank,
-                                               device_stream s) const override {
-    return std::make_unique<device_sharded_impl<C>>(comp_, m, n, world, rank, s);
-  }
-
   void decode_cast(const void* codes, float* dst, std::size_t n, bool add, device_stream s) const override {
     if constexpr (cast) {
       device_guard on(s.device);
@@ -238,51 +326,56 @@ class device_codec_impl final : public device_codec {
 
  private:
   static cudaStream_t stream(device_stream s) { return static_cast<cudaStream_t>(s.stream); }
-  gcu::device_state view(std::byte* mem, std::size_t n) const {
-    gcu::device_state st;
-    st.size = n;
-    st.step = reinterpret_cast<std::uint64_t*>(mem);
-    st.residual = C::feedback::has_state ? reinterpret_cast<float*>(mem + 256) : nullptr;
-    return st;
+  // A state of this composition and codec for n elements: anything else is refused before a
+  // kernel could read past its memory.
+  device_codec_state<C>& own(codec_state& st, std::size_t n) const {
+    auto* d = dynamic_cast<device_codec_state<C>*>(&st);
+    if (d == nullptr || st.codec_id != comp_.codec_id())
+      raise(gc::errc::codec_mismatch, "state: made by another codec ('" + st.codec + "')");
+    if (d->size() != n) raise(gc::errc::size_mismatch, "gradient size differs from the state's");
+    return *d;
   }
 
   template <class T>
-  void run_compress(device_context& ctx, const T* grad, std::size_t n, std::byte* state_mem, std::byte* out,
-                    std::size_t out_bytes, device_stream s) const {
+  void run_compress(const T* grad, std::size_t n, const gcu::device_state& st, std::span<std::byte> out, device_stream s) const {
     const std::size_t ws = gcu::compress_workspace_bytes<T>(comp_, n);  // a loop over the chunk plan: once
-    const device_context::slot slot = ctx.get(s, ws);
+    const device_context::slot slot = ctx_->get(s, ws);
     const gcu::executor ex{stream(s), {slot.workspace, ws}};
-    check(gcu::compress<T>(comp_, ex, std::span<const T>(grad, n), view(state_mem, n), std::span<std::byte>(out, out_bytes),
-                           static_cast<gcu::report*>(slot.report)));
-    ctx.latch(s);
+    check(gcu::compress<T>(comp_, ex, std::span<const T>(grad, n), st, out, static_cast<gcu::report*>(slot.report)));
+    ctx_->latch(s);
   }
   template <class T>
-  void run_decode(device_context& ctx, const std::byte* payload, std::size_t bytes, T* out, std::size_t n, bool add,
-                  device_stream s) const {
-    const std::size_t ws = gcu::decode_workspace_bytes<T>(comp_, n, gcu::max_frames(bytes));
-    const device_context::slot slot = ctx.get(s, ws);
+  void run_decode(std::span<const std::byte> p, T* out, std::size_t n, bool add, device_stream s) const {
+    const std::size_t ws = gcu::decode_workspace_bytes<T>(comp_, n, gcu::max_frames(p.size()));
+    const device_context::slot slot = ctx_->get(s, ws);
     const gcu::executor ex{stream(s), {slot.workspace, ws}};
-    const std::span<const std::byte> p(payload, bytes);
     auto* rep = static_cast<gcu::report*>(slot.report);
     check(add ? gcu::accumulate<T>(comp_, ex, p, std::span<T>(out, n), rep)
               : gcu::decompress<T>(comp_, ex, p, std::span<T>(out, n), rep));
-    ctx.latch(s);
+    ctx_->latch(s);
   }
 
   C comp_;
+  std::shared_ptr<device_context> ctx_;
 };
 
 template <class C>
-std::unique_ptr<device_codec> make_device_codec(const C& comp) {
-  return std::make_unique<device_codec_impl<C>>(comp);
+std::unique_ptr<codec_backend> make_device_codec(const C& comp, std::shared_ptr<device_context> ctx) {
+  return std::make_unique<device_codec_impl<C>>(comp, std::move(ctx));
 }
 
-// make_device_codec of every composition of slice Here of the codec table that has GPU kernels,
-// as function pointers: GRADCOMP_PY_DEVICE_CODECS(slice) defines that list in a device*.cu
-// file, which instantiates them all there.
+template <class C>
+std::unique_ptr<sharded_state> make_device_sharded(const C& comp, gc::sharded::mode m, std::unique_ptr<sharded_state> host,
+                                                   device_stream s) {
+  return std::make_unique<device_sharded_state<C>>(comp, m, std::move(host), s);
+}
+
+// make_device_codec and make_device_sharded of every composition of slice Here of the codec
+// table that has GPU kernels, as function pointers: GRADCOMP_PY_DEVICE_CODECS(slice) defines
+// that list in a device*.cu file, which instantiates them all there.
 template <class C>
 constexpr auto device_codec_of() {
-  if constexpr (device_capable<C>::value) return std::tuple{&make_device_codec<C>};
+  if constexpr (device_capable<C>::value) return std::tuple{&make_device_codec<C>, &make_device_sharded<C>};
   else return std::tuple<>{};
 }
 template <class... C>

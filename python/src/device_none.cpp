@@ -17,12 +17,15 @@ device_context::slot device_context::get(device_stream, std::size_t) { no_cuda()
 void device_context::latch(device_stream) { no_cuda(); }
 void device_context::check() {}
 
-std::unique_ptr<device_tagc> make_device_tagc(const gc::tagc::config&, std::size_t, std::uint32_t, std::uint32_t,
-                                              device_stream) {
+std::unique_ptr<summable_state> make_device_tagc(const gc::tagc::config&, std::size_t, std::uint32_t, std::uint32_t,
+                                                 device_stream) {
   no_cuda();
 }
 
-std::unique_ptr<device_cast> make_device_cast(gc::summable::wire_type, bool, std::size_t, device_stream) { no_cuda(); }
+std::unique_ptr<summable_state> make_device_cast(gc::summable::wire_type, bool, std::unique_ptr<summable_state>,
+                                                 device_stream) {
+  no_cuda();
+}
 
 cuda_build cuda_build_info() { return {}; }
 void cuda_check_device(int) { no_cuda(); }

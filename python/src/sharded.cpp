@@ -25,11 +25,9 @@ namespace gradcomp_py {
 namespace {
 
 struct sharded_state_box {
-  std::unique_ptr<sharded_state> st;  // a CPU state; for a device state, its geometry and checkpoint staging
+  std::shared_ptr<sharded_state> st;  // on the CPU or a CUDA device
   std::string codec;  // the codec's name and mode, for repr
   std::string mode;
-  int device = -1;  // a state on this CUDA device (dev), or -1
-  std::shared_ptr<device_sharded> dev{};
 };
 
 struct sharded_box {
@@ -39,34 +37,25 @@ struct sharded_box {
   std::string mode;
   std::string given;  // the keyword options as passed, for repr
   std::string identity;
-  std::shared_ptr<device_codec> kernels{};  // made on first use on a CUDA device
+  bool kernels = false;  // checked on first use on a CUDA device
   std::shared_ptr<device_checks> checks = std::make_shared<device_checks>();
 
-  device_codec& device() {
-    if (!kernels) {
-      if (!cuda_build_info().cuda) raise(gc::errc::device_error, "this build of gradcomp has no CUDA support");
-      kernels = comp->make_device();
-      if (!kernels)
-        raise(gc::errc::invalid_argument, "codec '" + name + "' has no CUDA kernels (threshold, random-k and AccTFM's "
-                                          "row top-k select on the CPU only): pass CPU tensors");
-    }
-    return *kernels;
+  void check_kernels() {
+    if (kernels) return;
+    if (!cuda_build_info().cuda) raise(gc::errc::device_error, "this build of gradcomp has no CUDA support");
+    if (!comp->make_device(std::make_shared<device_context>()))
+      raise(gc::errc::invalid_argument, "codec '" + name + "' has no CUDA kernels (threshold, random-k and AccTFM's "
+                                        "row top-k select on the CPU only): pass CPU tensors");
+    kernels = true;
   }
 };
 
 // The state's device must be the call's arrays' (-1: the CPU).
-void check_call_device(const sharded_state_box& s, int device, const char* call) {
-  if (s.device != device)
-    throw nb::value_error((std::string(call) + ": the state is on " + device_name(s.device) + ", the arrays are on " +
+void check_call_device(const sharded_state& s, int device, const char* call) {
+  if (s.device() != device)
+    throw nb::value_error((std::string(call) + ": the state is on " + device_name(s.device()) + ", the arrays are on " +
                            device_name(device) + " (Sharded.make_state(n, world, rank, dtype, device=...))")
                               .c_str());
-}
-
-// A CUDA residual (null without feedback) as a tensor of `n` floats, or an empty one.
-nb::object device_floats(float* p, std::size_t n, int device) {
-  return nb::cast(nb::ndarray<nb::pytorch, float, nb::ndim<1>>(p, {p ? n : 0}, nb::handle(), {}, nb::dtype<float>(),
-                                                               nb::device::cuda::value, device),
-                  nb::rv_policy::reference);
 }
 
 gc::sharded::mode parse_mode(const std::string& m) {
@@ -75,7 +64,7 @@ gc::sharded::mode parse_mode(const std::string& m) {
   throw codec_error(gc::errc::invalid_argument, "mode must be 'all_reduce' or 'reduce_scatter', not '" + m + "'");
 }
 
-sharded_state& state_of(const sharded_box& c, sharded_state_box& s) {
+sharded_state& state_of(const sharded_box& c, const sharded_state_box& s) {
   if (s.st->identity != c.identity)
     throw codec_error(gc::errc::codec_mismatch, "sharded state made by another codec, configuration or mode (" +
                                                     s.st->identity + ", not " + c.identity + ")");
@@ -108,8 +97,6 @@ nb::dict describe_dict(const gc::sharded::phase& p) {
   return d;
 }
 
-std::span<const std::byte> bytes_of(const nb::bytes& b) { return {static_cast<const std::byte*>(b.data()), b.size()}; }
-
 }  // namespace
 
 void bind_sharded(nb::module_& m) {
@@ -121,29 +108,24 @@ void bind_sharded(nb::module_& m) {
       .def_prop_ro("size", [](const sharded_state_box& s) { return s.st->size(); }, "Elements of the gradient the state serves.")
       .def_prop_ro("world", [](const sharded_state_box& s) { return s.st->world(); }, "The world size (ranks, and shards).")
       .def_prop_ro("rank", [](const sharded_state_box& s) { return s.st->rank(); }, "This rank: the owner of shard ``rank``.")
-      .def_prop_ro("step", [](const sharded_state_box& s) { return s.dev ? s.dev->step(current_stream(s.device)) : s.st->step(); },
+      .def_prop_ro("step", [](const sharded_state_box& s) { return s.st->step(stream_of(s.st->device())); },
                    "Steps finished (a step ends with ``receive(0)`` in reduce-scatter mode, ``receive(1)`` in all-reduce mode;\n"
                    "on a CUDA device, reading it waits for the device).")
-      .def_prop_ro("device", [](const sharded_state_box& s) { return device_name(s.device); },
+      .def_prop_ro("device", [](const sharded_state_box& s) { return device_name(s.st->device()); },
                    "Where the state lives: ``\"cpu\"`` or ``\"cuda:N\"`` (the device of the tensors it serves).")
-      .def_prop_ro("device_bytes", [](const sharded_state_box& s) -> std::size_t { return s.dev ? s.dev->memory_bytes() : 0; },
+      .def_prop_ro("device_bytes", [](const sharded_state_box& s) { return s.st->device_bytes(); },
                    "Device memory the state holds (states, a call's workspace, its error word); 0 for a CPU state.")
       .def_prop_ro("dtype", [](const sharded_state_box& s) { return dtype_name(s.st->grad_type); },
                    "The gradients' element type, ``\"float32\"`` or ``\"bfloat16\"`` (it sizes phase 0's slots).")
-      .def_prop_ro("stage", [](const sharded_state_box& s) { return stage_name(s.dev ? s.dev->at() : s.st->at()); },
+      .def_prop_ro("stage", [](const sharded_state_box& s) { return stage_name(s.st->at()); },
                    "The call the state expects next: ``\"encode(0)\"``, ``\"receive(0)\"``, ``\"encode(1)\"`` or\n"
                    "``\"receive(1)\"``.")
       .def_prop_ro("shard", [](const sharded_state_box& s) {
         const gc::chunk_range r = gc::summable::shard_of(s.st->size(), s.st->world(), s.st->rank());
         return std::make_tuple(r.offset, r.count);
       }, "``(offset, count)`` of this rank's shard: ``count = min(n, (rank + 1) * ceil(n / world)) - offset``.")
-      .def("sender_residual", [](sharded_state_box& s, std::uint32_t shard) -> nb::object {
-        if (s.dev) {
-          const std::size_t n = gc::summable::shard_of(s.st->size(), s.st->world(), shard).count;
-          return device_floats(s.dev->sender_residual(shard), n, s.device);
-        }
-        return nb::cast(float_view(s.st->sender_residual(shard)), nb::rv_policy::reference);
-      }, nb::arg("shard"), nb::keep_alive<0, 1>(),
+      .def("sender_residual", [](sharded_state_box& s, std::uint32_t shard) { return float_array(s.st->sender_residual(shard)); },
+           nb::arg("shard"), nb::keep_alive<0, 1>(),
            "What this rank still owes destination shard ``shard`` (its error-feedback residual there).\n\n"
            "Args:\n"
            "    shard (int): ``0 <= shard < world``.\n\n"
@@ -152,22 +134,18 @@ void bind_sharded(nb::module_& m) {
            "    shard's size, or empty without error feedback; a CUDA tensor for a device state.\n\n"
            "Raises:\n"
            "    gradcomp.Error: ``shard >= world`` (``invalid_argument``).")
-      .def_prop_ro("owner_residual", [](sharded_state_box& s) -> nb::object {
-        if (s.dev) {
-          const std::size_t n = gc::summable::shard_of(s.st->size(), s.st->world(), s.st->rank()).count;
-          return device_floats(s.dev->owner_residual(), n, s.device);
-        }
-        return nb::cast(float_view(s.st->owner_residual()), nb::rv_policy::reference);
-      }, nb::keep_alive<0, 1>(),
+      .def_prop_ro("owner_residual", [](sharded_state_box& s) { return float_array(s.st->owner_residual()); },
+                   nb::keep_alive<0, 1>(),
                    "What the owner's re-encoding of its reduced shard still owes (all-reduce mode), a float32 NumPy view\n"
                    "of this rank's shard size (no copy; writable); empty in reduce-scatter mode or without error feedback.")
       .def("__repr__", [](const sharded_state_box& s) {
         const sharded_state& x = *s.st;
+        // A device state's step would wait for the device.
         return "gradcomp.ShardedState(codec='" + s.codec + "', mode='" + s.mode + "', size=" + std::to_string(x.size()) +
                ", world=" + std::to_string(x.world()) + ", rank=" + std::to_string(x.rank()) + ", dtype='" +
                dtype_name(x.grad_type) + "'" +
-               (s.dev ? ", device='" + device_name(s.device) + "')"
-                      : ", step=" + std::to_string(x.step()) + ", stage='" + stage_name(x.at()) + "')");
+               (x.device() >= 0 ? ", device='" + device_name(x.device()) + "')"
+                                : ", step=" + std::to_string(x.step({})) + ", stage='" + stage_name(x.at()) + "')");
       });
 
   nb::class_<sharded_box>(m, "Sharded",
@@ -221,16 +199,17 @@ void bind_sharded(nb::module_& m) {
                    "Every option of the compressor with its effective value (defaults included).")
       .def("make_state", [](sharded_box& c, std::size_t n, std::uint32_t world, std::uint32_t rank, nb::handle dtype,
                             nb::handle device) {
-        sharded_state_box s{c.impl->make_state(n, world, rank), c.name, c.mode};
-        s.st->grad_type = dtype.is_none() ? gc::dtype::f32 : parse_dtype(dtype);
-        s.st->identity = c.identity;
-        s.device = device.is_none() ? -1 : parse_device(device);
-        if (s.device >= 0) {
-          device_codec& k = c.device();
-          cuda_check_device(s.device);
-          s.dev = k.make_sharded(parse_mode(c.mode), n, world, rank, current_stream(s.device));
-          c.checks->add(s.dev);
+        std::unique_ptr<sharded_state> st = c.impl->make_state(n, world, rank);
+        st->grad_type = dtype.is_none() ? gc::dtype::f32 : parse_dtype(dtype);
+        st->identity = c.identity;
+        const int where = device.is_none() ? -1 : parse_device(device);
+        if (where >= 0) {
+          c.check_kernels();
+          st = c.impl->to_device(std::move(st), placement(where));
+          if (!st) raise(gc::errc::device_error, "this build of gradcomp has no CUDA kernels for codec '" + c.name + "'");
         }
+        sharded_state_box s{std::move(st), c.name, c.mode};
+        c.checks->add(s.st);
         return s;
       }, nb::arg("n"), nb::arg("world"), nb::arg("rank"), nb::arg("dtype") = nb::none(), nb::arg("device").none() = nb::none(),
          nb::sig("def make_state(self, n: int, world: int, rank: int, dtype: torch.dtype | None = None, "
@@ -253,7 +232,7 @@ void bind_sharded(nb::module_& m) {
          "    gradcomp.Error: ``world == 0`` or ``rank >= world`` (``invalid_argument``).\n"
          "    TypeError: another dtype.")
       .def("describe", [](const sharded_box& c, std::size_t k, sharded_state_box& s) {
-        return describe_dict(c.impl->describe(k, state_of(c, s)));
+        return describe_dict(state_of(c, s).describe(*c.impl, k));
       }, nb::arg("k"), nb::arg("state"),
          "Phase ``k``'s collective and buffer sizes (the same on every rank, every step).\n\n"
          "Args:\n"
@@ -285,42 +264,24 @@ void bind_sharded(nb::module_& m) {
          "        2^32 - 1 elements (``count_too_large``).")
       .def("encode", [](const sharded_box& c, std::size_t k, nb::handle grad, sharded_state_box& s, out_array out) {
         sharded_state& st = state_of(c, s);
-        if (s.dev || on_cuda(out)) {
-          std::optional<in_array> a;
-          if (k == 0) {
-            if (grad.is_none()) throw nb::type_error("grad: phase 0 encodes the gradient (a float32 or bfloat16 tensor)");
-            a = nb::cast<in_array>(grad);
-          }
-          const int device = a ? call_device("encode", *a, out) : call_device("encode", out);
-          check_call_device(s, device, "encode");
-          if (a) {
-            check_contiguous(*a, "grad");
-            if (grad_dtype(*a, "grad") != st.grad_type)
-              throw nb::type_error((std::string("grad: the state was made for ") + dtype_name(st.grad_type) + " gradients").c_str());
-          }
-          const void* g = a ? a->data() : nullptr;
-          const std::size_t n = a ? a->size() : 0;
-          std::byte* o = device_bytes(out, "out", 8);
-          const device_stream stream = current_stream(device);
-          nb::gil_scoped_release unlocked;
-          s.dev->encode(k, g, n, st.grad_type, o, out.size(), stream);
-          return;
-        }
-        if (k == 0 && !grad.is_none()) check_call_device(s, call_device("encode", nb::cast<in_array>(grad)), "encode");
-        const void* g = nullptr;
-        std::size_t n = 0;
+        std::optional<in_array> a;
         if (k == 0) {
           if (grad.is_none()) throw nb::type_error("grad: phase 0 encodes the gradient (a float32 or bfloat16 tensor)");
-          const in_array a = nb::cast<in_array>(grad);
-          check_cpu_contiguous(a, "grad");
-          if (grad_dtype(a, "grad") != st.grad_type)
-            throw nb::type_error((std::string("grad: the state was made for ") + dtype_name(st.grad_type) + " gradients").c_str());
-          g = a.data();
-          n = a.size();
+          a = nb::cast<in_array>(grad);
         }
-        const auto o = byte_view(out, "out");
+        const int device = a ? call_device("encode", *a, out) : call_device("encode", out);
+        check_call_device(st, device, "encode");
+        if (a) {
+          check_contiguous(*a, "grad");
+          if (grad_dtype(*a, "grad") != st.grad_type)
+            throw nb::type_error((std::string("grad: the state was made for ") + dtype_name(st.grad_type) + " gradients").c_str());
+        }
+        const void* g = a ? a->data() : nullptr;
+        const std::size_t n = a ? a->size() : 0;
+        const auto o = payload_view(out, "out", device);
+        const device_stream stream = stream_of(device);
         nb::gil_scoped_release unlocked;
-        c.impl->encode(k, g, n, st, o);
+        st.encode(*c.impl, k, g, n, o, stream);
       }, nb::arg("k"), nb::arg("grad").none(), nb::arg("state"), nb::arg("out").noconvert(),
          nb::sig("def encode(self, k: int, grad: torch.Tensor | None, state: ShardedState, out: torch.Tensor) -> None"),
          "Fills the send buffer of phase ``k``.\n\n"
@@ -342,39 +303,23 @@ void bind_sharded(nb::module_& m) {
         std::optional<out_array> o_arr;
         if (!out.is_none()) o_arr = nb::cast<out_array>(out);
         const int device = o_arr ? call_device("receive", received, *o_arr) : call_device("receive", received);
-        check_call_device(s, device, "receive");
-        if (s.dev) {
-          const std::byte* in = device_bytes(received, "received", 8);
-          void* o = nullptr;
-          std::size_t n = 0;
-          gc::dtype t = st.grad_type;
-          if (o_arr) {
-            check_contiguous(*o_arr, "out");
-            t = grad_dtype(*o_arr, "out");
-            o = const_cast<void*>(o_arr->data());
-            n = o_arr->size();
-          }
-          const device_stream stream = current_stream(device);
-          {
-            nb::gil_scoped_release unlocked;
-            s.dev->receive(k, in, received.size(), o, n, t, stream);
-          }
-          if (k + 1 == c.impl->phase_count()) c.checks->stepped();
-          return;
-        }
-        const auto in = byte_view(received, "received");
+        check_call_device(st, device, "receive");
+        const auto in = payload_view(received, "received", device);
         void* o = nullptr;
         std::size_t n = 0;
         gc::dtype t = st.grad_type;
-        if (!out.is_none()) {
-          const out_array a = nb::cast<out_array>(out);
-          check_cpu_contiguous(a, "out");
-          t = grad_dtype(a, "out");
-          o = const_cast<void*>(a.data());
-          n = a.size();
+        if (o_arr) {
+          check_contiguous(*o_arr, "out");
+          t = grad_dtype(*o_arr, "out");
+          o = const_cast<void*>(o_arr->data());
+          n = o_arr->size();
         }
-        nb::gil_scoped_release unlocked;
-        c.impl->receive(k, st, in, o, n, t);
+        const device_stream stream = stream_of(device);
+        {
+          nb::gil_scoped_release unlocked;
+          st.receive(*c.impl, k, in, o, n, t, stream);
+        }
+        if (k + 1 == c.impl->phase_count()) c.checks->stepped(st);
       }, nb::arg("k"), nb::arg("state"), nb::arg("received").noconvert(), nb::arg("out").none() = nb::none(),
          nb::sig("def receive(self, k: int, state: ShardedState, received: torch.Tensor, out: torch.Tensor | None = None) -> None"),
          "Checks and decodes what phase ``k``'s collective delivered.\n\n"
@@ -394,24 +339,14 @@ void bind_sharded(nb::module_& m) {
          "    gradcomp.Error: a corrupted or foreign slot (``bad_magic``, ``bad_header``, ``codec_mismatch``,\n"
          "        ``checksum_mismatch``, ``truncated``, ...), a wrong size (``size_mismatch``), a call out of\n"
          "        order (``invalid_argument``), a state of another codec (``codec_mismatch``).")
-      .def("checkpoint", [](const sharded_box& c, sharded_state_box& s) {
-        sharded_state& st = state_of(c, s);
-        if (s.dev) s.dev->download(st.host(), current_stream(s.device));
-        const std::vector<std::byte> b = c.impl->checkpoint(st);
-        return nb::bytes(b.data(), b.size());
-      }, nb::arg("state"),
+      .def("checkpoint", [](const sharded_box& c, sharded_state_box& s) { return checkpoint_of(state_of(c, s), *c.impl); },
+           nb::arg("state"),
          "The state's checkpoint (``sharded::save_checkpoint``).\n\n"
          "Returns:\n"
          "    bytes: every per-shard sender state and the owner's, the step, size, world and rank, with the\n"
          "    codec's identifier and a CRC32C. Its length may differ between ranks (the last shard is shorter).")
       .def("load_checkpoint", [](const sharded_box& c, sharded_state_box& s, nb::bytes data) {
-        sharded_state& st = state_of(c, s);
-        const auto in = bytes_of(data);
-        {
-          nb::gil_scoped_release unlocked;
-          c.impl->load_checkpoint(st, in);
-        }
-        if (s.dev) s.dev->upload(st.host(), current_stream(s.device));
+        load_from(state_of(c, s), *c.impl, data);
       }, nb::arg("state"), nb::arg("data"),
          "Restores :meth:`checkpoint` bytes of the same size, world size and rank: the run continues byte for byte.\n\n"
          "Args:\n"
@@ -421,14 +356,7 @@ void bind_sharded(nb::module_& m) {
          "    gradcomp.Error: corrupted bytes (``checksum_mismatch``, ``truncated``, ...), another codec or mode\n"
          "        (``codec_mismatch``), another size, world or rank (``size_mismatch``); the state is unchanged then.")
       .def("restore_elastic", [](const sharded_box& c, sharded_state_box& s, const std::vector<nb::bytes>& saved) {
-        sharded_state& st = state_of(c, s);
-        std::vector<std::span<const std::byte>> views;
-        for (const nb::bytes& b : saved) views.push_back(bytes_of(b));
-        {
-          nb::gil_scoped_release unlocked;
-          c.impl->restore_elastic(st, views);
-        }
-        if (s.dev) s.dev->upload(st.host(), current_stream(s.device));
+        restore_from(state_of(c, s), *c.impl, saved);
       }, nb::arg("state"), nb::arg("saved"),
          "Restores this rank from the checkpoints of every rank of a run of any world size (``restore_elastic``).\n\n"
          "What error feedback owes stays exact as sums over ranks: ``state`` holds, on its own new shard, the\n"
